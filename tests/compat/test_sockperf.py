@@ -1,0 +1,78 @@
+"""sockperf ping-pong and throughput, TCP and UDP, server and client both under vsocket."""
+
+import re
+import signal
+
+import pytest
+
+from conftest import (check_server_stat, dump_stat, find_sockets, finish_comparison, free_port,
+                      require_program, run_sampled, check_kernel_sockets, strip_ansi)
+
+pytestmark = pytest.mark.sockperf
+
+CASES = [(test, proto) for test in ("ping-pong", "throughput") for proto in ("tcp", "udp")]
+
+VALID = re.compile(r"\[Valid Duration\] RunTime=[\d.]+ sec; SentMessages=(\d+); ReceivedMessages=(\d+)")
+DROPS = re.compile(r"# dropped messages = (\d+); # duplicated messages = (\d+); # out-of-order messages = (\d+)")
+TP_SENT = re.compile(r"Total of (\d+) messages sent")
+SRV_RECV = re.compile(r"Total (\d+) messages received and handled")
+
+
+def run_sockperf(runner, servers, test, proto):
+    sockperf = require_program("sockperf")
+    port = free_port()
+    tcp = ["--tcp"] if proto == "tcp" else []
+    srv = servers.start("sockperf-server", [sockperf, "server", "-i", "127.0.0.1", "-p", port, *tcp],
+                        runner, port=port, proto=proto)
+    res, sampler = run_sampled([sockperf, test, "-i", "127.0.0.1", "-p", port, *tcp, "-t", "2",
+                                "-m", "1024" if test == "throughput" else "64"], runner, timeout=60)
+    out = strip_ansi(res.stdout + res.stderr)
+    assert "Test ended" in out, f"[{runner}] sockperf did not finish\n{res.describe()}"
+    summary = {}
+    if test == "ping-pong":
+        m = VALID.search(out)
+        assert m, res.describe()
+        sent, recv = int(m.group(1)), int(m.group(2))
+        assert sent > 0 and recv == sent, f"[{runner}] ping-pong sent {sent} received {recv}"
+        d = DROPS.search(out)
+        assert d and d.groups() == ("0", "0", "0"), f"[{runner}] drops/dups/reordering:\n{out}"
+        summary = {"ok": True}
+    else:
+        m = TP_SENT.search(out)
+        assert m and int(m.group(1)) > 0, res.describe()
+        summary = {"sent": int(m.group(1))}
+
+    if runner.preloaded:
+        assert not sampler.errors, sampler.errors[:3]
+        client = sampler.merged()
+        csocks = check_kernel_sockets(client, "sockperf client")
+        assert find_sockets(csocks, proto=proto), f"client: no {proto} socket:\n{dump_stat(client)}"
+        procs, socks = check_server_stat(srv, port, proto=proto, comm="sockperf")
+        rx = sum(s["rx_bytes"] for s in find_sockets(socks, proto=proto, port=port))
+        assert rx > 0, f"server: no bytes received on port {port} in stat:\n{dump_stat(procs)}"
+
+    # SIGINT makes the server print how many messages it handled
+    srv.stop(signal.SIGINT)
+    srv.check_output_clean()
+    sout = strip_ansi(srv.stdout() + srv.stderr())
+    m = SRV_RECV.search(sout)
+    assert m, f"[{runner}] sockperf server printed no total\n{srv.describe()}"
+    handled = int(m.group(1))
+    if test == "throughput":
+        if proto == "tcp":
+            # a stream: every message sent arrives (plus the warm-up ones)
+            assert handled >= summary["sent"], f"[{runner}] server handled {handled} < sent {summary['sent']}"
+        else:
+            assert 0 < handled, f"[{runner}] server received nothing"
+    else:
+        assert handled >= sent, f"[{runner}] server handled {handled} < client's {sent}"
+    return summary
+
+
+@pytest.mark.parametrize("test,proto", CASES, ids=[f"{p}-{t}" for t, p in CASES])
+def test_sockperf(test, proto, runners, servers):
+    """sockperf completes with and without vsocket: ping-pong has every reply,
+    no drops/duplicates/reordering; TCP throughput messages all reach the server."""
+    results = {r.name: run_sockperf(r, servers, test, proto) for r in runners}
+    finish_comparison(results)
+    assert results["plain"].keys() == results["vsocket"].keys()
