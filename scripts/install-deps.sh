@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Installs what vsocket needs on a bare Debian 12 machine: the build toolchain,
+# rdma-core, and the real programs the compatibility suite and demo run.
+# Usage: scripts/install-deps.sh [build|test|rdma-guest|all]   (default: all)
+# Idempotent: packages already present are not downloaded again.
+set -euo pipefail
+
+build_pkgs=(build-essential cmake ninja-build pkg-config libibverbs-dev librdmacm-dev
+            rdma-core ibverbs-providers ibverbs-utils clang-format valgrind)
+test_pkgs=(iperf3 sockperf redis-server redis-tools nginx-light wrk curl memcached
+           libmemcached-tools socat ncat python3 python3-pytest procps iproute2)
+guest_pkgs=(qemu-system-x86 rdmacm-utils perftest kmod busybox-static cpio)
+
+case "${1:-all}" in
+  build) want=("${build_pkgs[@]}") ;;
+  test) want=("${build_pkgs[@]}" "${test_pkgs[@]}") ;;
+  rdma-guest) want=("${build_pkgs[@]}" "${guest_pkgs[@]}") ;;
+  all) want=("${build_pkgs[@]}" "${test_pkgs[@]}" "${guest_pkgs[@]}") ;;
+  *) echo "usage: $0 [build|test|rdma-guest|all]" >&2; exit 2 ;;
+esac
+
+missing=()
+for p in "${want[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo -E "$@"; fi; }
+# apt has been seen to lose its temporary files under /tmp while upgrading
+# systemd; a private TMPDIR avoids that.
+export TMPDIR="${VSOCKET_APT_TMPDIR:-/var/tmp/vsocket-apt}"
+mkdir -p "$TMPDIR"
+export DEBIAN_FRONTEND=noninteractive
+# Servers installed for the tests must not start as system services: they
+# would hold default ports and outlive the test run.
+policy=/usr/sbin/policy-rc.d
+created_policy=0
+if [ ! -e "$policy" ]; then
+  printf '#!/bin/sh\nexit 101\n' | as_root tee "$policy" >/dev/null
+  as_root chmod +x "$policy"
+  created_policy=1
+fi
+trap '[ $created_policy -eq 1 ] && as_root rm -f "$policy"' EXIT
+
+echo "install-deps: installing ${missing[*]}" >&2
+as_root apt-get update -qq
+as_root apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,187 @@
+/* config.c - VSOCKET_* environment variables. */
+#include "config/config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config/log.h"
+#include "transport/transport.h"
+
+struct vs_config vs_config;
+
+const char *const vs_config_variables[] = {
+    "VSOCKET_TRANSPORTS", "VSOCKET_LOG_LEVEL", "VSOCKET_LOG_FILE",    "VSOCKET_STATS",
+    "VSOCKET_STATS_DIR",  "VSOCKET_STATS_MAX", "VSOCKET_FOLLOW_EXEC", NULL,
+};
+
+void vs_config_defaults(struct vs_config *c)
+{
+    memset(c, 0, sizeof(*c));
+    c->transports = vs_transports_built();
+    c->log_level = VS_LOG_WARN;
+    c->stats = true;
+    snprintf(c->stats_dir, sizeof(c->stats_dir), "/dev/shm");
+    c->stats_max = VS_STATS_MAX_DEFAULT;
+    c->follow_exec = true;
+}
+
+void vs_config_format_transports(unsigned mask, char *out, size_t outlen)
+{
+    size_t o = 0;
+    out[0] = '\0';
+    for (int t = 0; t < VS_TRANSPORT_COUNT; t++) {
+        if (!(mask & VS_TRANSPORT_BIT(t)) || o >= outlen)
+            continue;
+        o += (size_t)snprintf(out + o, outlen - o, "%s%s", o ? "," : "",
+                              vs_transport_name((enum vs_transport)t));
+    }
+}
+
+int vs_config_parse_transports(const char *value, unsigned *mask, char *err, size_t errlen)
+{
+    char built[64];
+    vs_config_format_transports(vs_transports_built(), built, sizeof(built));
+    unsigned m = VS_TRANSPORT_BIT(VS_TRANSPORT_KERNEL);
+    const char *p = value;
+    if (!*p) {
+        snprintf(err, errlen, "empty list; accepted values: a comma-separated list of %s", built);
+        return -1;
+    }
+    while (*p) {
+        size_t len = strcspn(p, ",");
+        int t = vs_transport_by_name(p, len);
+        if (t < 0) {
+            snprintf(err, errlen,
+                     "unknown transport '%.*s'; accepted values: a comma-separated list of %s",
+                     (int)len, p, built);
+            return -1;
+        }
+        if (!vs_transport_built((enum vs_transport)t)) {
+            snprintf(err, errlen,
+                     "transport '%.*s' is not available in this build; accepted values: %s",
+                     (int)len, p, built);
+            return -1;
+        }
+        m |= VS_TRANSPORT_BIT(t);
+        p += len;
+        if (*p == ',' && *++p == '\0') {
+            snprintf(err, errlen, "trailing comma; accepted values: a comma-separated list of %s",
+                     built);
+            return -1;
+        }
+    }
+    *mask = m;
+    return 0;
+}
+
+static void report_invalid(const char *name, const char *value, const char *why, const char *dflt)
+{
+    vs_warn("%s='%s' is invalid: %s. Using the default (%s).", name, value, why, dflt);
+}
+
+static int parse_bool(const char *v)
+{
+    static const char *const yes[] = {"1", "on", "yes", "true", NULL};
+    static const char *const no[] = {"0", "off", "no", "false", NULL};
+    for (int i = 0; yes[i]; i++)
+        if (strcasecmp(v, yes[i]) == 0)
+            return 1;
+    for (int i = 0; no[i]; i++)
+        if (strcasecmp(v, no[i]) == 0)
+            return 0;
+    return -1;
+}
+
+static void load_bool(const char *name, bool *out)
+{
+    const char *v = getenv(name);
+    if (!v)
+        return;
+    int b = parse_bool(v);
+    if (b < 0)
+        report_invalid(name, v, "accepted values: on, off (or 1/0, yes/no, true/false)",
+                       *out ? "on" : "off");
+    else
+        *out = b;
+}
+
+static void load_path(const char *name, char *out, size_t outlen, const char *dflt_desc)
+{
+    const char *v = getenv(name);
+    if (!v)
+        return;
+    if (strlen(v) >= outlen)
+        report_invalid(name, v, "path too long", dflt_desc);
+    else
+        snprintf(out, outlen, "%s", v);
+}
+
+static void load_log(struct vs_config *c)
+{
+    /* The log destination first, so that later messages reach it. */
+    load_path("VSOCKET_LOG_FILE", c->log_file, sizeof(c->log_file), "stderr");
+    if (c->log_file[0] && vs_log_open(c->log_file) < 0) {
+        int e = errno;
+        vs_warn("VSOCKET_LOG_FILE='%s' cannot be opened (%s). Logging to stderr.", c->log_file,
+                strerror(e));
+        c->log_file[0] = '\0';
+    }
+    const char *v = getenv("VSOCKET_LOG_LEVEL");
+    if (v) {
+        int level = vs_log_level_by_name(v);
+        if (level < 0)
+            report_invalid("VSOCKET_LOG_LEVEL", v,
+                           "accepted values: none, error, warn, info, debug, trace", "warn");
+        else
+            c->log_level = level;
+    }
+    vs_log_level = (enum vs_log_level)c->log_level;
+}
+
+static void load_transports(struct vs_config *c)
+{
+    const char *v = getenv("VSOCKET_TRANSPORTS");
+    if (!v)
+        return;
+    char err[256], dflt[64];
+    unsigned mask;
+    if (vs_config_parse_transports(v, &mask, err, sizeof(err)) < 0) {
+        vs_config_format_transports(c->transports, dflt, sizeof(dflt));
+        report_invalid("VSOCKET_TRANSPORTS", v, err, dflt);
+        return;
+    }
+    c->transports = mask;
+    c->transports_set = true;
+}
+
+static void load_stats_max(struct vs_config *c)
+{
+    const char *v = getenv("VSOCKET_STATS_MAX");
+    if (!v)
+        return;
+    char *end;
+    errno = 0;
+    unsigned long n = strtoul(v, &end, 10);
+    if (errno || end == v || *end || *v == '-' || n < VS_STATS_MAX_MIN || n > VS_STATS_MAX_MAX) {
+        char why[96], dflt[16];
+        snprintf(why, sizeof(why), "accepted values: a whole number from %u to %u",
+                 VS_STATS_MAX_MIN, VS_STATS_MAX_MAX);
+        snprintf(dflt, sizeof(dflt), "%u", c->stats_max);
+        report_invalid("VSOCKET_STATS_MAX", v, why, dflt);
+        return;
+    }
+    c->stats_max = (unsigned)n;
+}
+
+void vs_config_load(struct vs_config *c)
+{
+    vs_config_defaults(c);
+    load_log(c);
+    load_transports(c);
+    load_bool("VSOCKET_STATS", &c->stats);
+    load_path("VSOCKET_STATS_DIR", c->stats_dir, sizeof(c->stats_dir), "/dev/shm");
+    load_stats_max(c);
+    load_bool("VSOCKET_FOLLOW_EXEC", &c->follow_exec);
+}

@@ -1,0 +1,45 @@
+/* config.h - VSOCKET_* environment variables (documented in
+ * docs/configuration.md: keep the two in step).
+ *
+ * A bad value never stops the program: it is reported once, naming the
+ * variable and the accepted values, and the default is used instead. */
+#ifndef VSOCKET_CONFIG_H
+#define VSOCKET_CONFIG_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#define VS_STATS_MAX_DEFAULT 4096u
+#define VS_STATS_MAX_MIN 16u
+#define VS_STATS_MAX_MAX 1048576u
+
+struct vs_config {
+    unsigned transports; /* VS_TRANSPORT_BIT mask; kernel always included */
+    bool transports_set; /* VSOCKET_TRANSPORTS was given (and valid) */
+    int log_level;       /* enum vs_log_level */
+    char log_file[PATH_MAX];
+    bool stats; /* publish per-socket statistics */
+    char stats_dir[PATH_MAX];
+    unsigned stats_max; /* socket records per process */
+    bool follow_exec;   /* keep vsocket loaded across execve with a new env */
+};
+
+extern struct vs_config vs_config;
+
+void vs_config_defaults(struct vs_config *c);
+
+/* Reads the environment into C, reporting bad values through the log. */
+void vs_config_load(struct vs_config *c);
+
+/* Parses a VSOCKET_TRANSPORTS list ("shm,rdma,kernel"). Returns 0 and the
+ * mask, or -1 with a message in ERR naming the accepted values. */
+int vs_config_parse_transports(const char *value, unsigned *mask, char *err, size_t errlen);
+
+/* Writes the transports of MASK as a comma-separated list. */
+void vs_config_format_transports(unsigned mask, char *out, size_t outlen);
+
+/* The names of all VSOCKET_* variables, NULL-terminated (for exec). */
+extern const char *const vs_config_variables[];
+
+#endif

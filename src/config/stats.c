@@ -1,0 +1,308 @@
+/* stats.c - the per-process statistics segment. */
+#include "config/stats.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config/config.h"
+#include "config/log.h"
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct vs_stats_header *segment; /* NULL until the first socket */
+static size_t segment_size;
+static pid_t segment_pid;
+static bool segment_failed;            /* do not retry after an error */
+static struct vs_stats_record scratch; /* target of every record we cannot publish */
+
+static struct vs_stats_record *records(void)
+{
+    return (struct vs_stats_record *)((char *)segment + sizeof(*segment));
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void program_name(char *out, size_t outlen)
+{
+    int fd = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/comm", O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? syscall(SYS_read, fd, out, outlen - 1) : -1;
+    if (fd >= 0)
+        syscall(SYS_close, fd);
+    if (n <= 0)
+        n = 0;
+    out[n] = '\0';
+    out[strcspn(out, "\n")] = '\0';
+}
+
+static void fill_header(struct vs_stats_header *h, unsigned capacity)
+{
+    h->magic = VS_STATS_MAGIC;
+    h->version = VS_STATS_VERSION;
+    h->header_size = sizeof(*h);
+    h->record_size = sizeof(struct vs_stats_record);
+    h->capacity = capacity;
+    h->pid = getpid();
+    h->start_ticks = vs_stats_proc_start_ticks(h->pid);
+    program_name(h->comm, sizeof(h->comm));
+    vs_config_format_transports(vs_config.transports, h->transports, sizeof(h->transports));
+}
+
+/* Creates PATH afresh (a file left by our pre-exec image or a dead process
+ * with our pid is replaced), readable by the owner only. */
+static int create_file(const char *path, size_t size)
+{
+    unlink(path);
+    int fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -1;
+    if (ftruncate(fd, (off_t)size) < 0) {
+        int e = errno;
+        syscall(SYS_close, fd);
+        unlink(path);
+        errno = e;
+        return -1;
+    }
+    return fd;
+}
+
+static void create_segment(void)
+{
+    char path[PATH_MAX + 32];
+    vs_stats_path(vs_config.stats_dir, getpid(), path, sizeof(path));
+    size_t size = sizeof(struct vs_stats_header) +
+                  (size_t)vs_config.stats_max * sizeof(struct vs_stats_record);
+    int fd = create_file(path, size);
+    if (fd < 0) {
+        vs_warn("statistics disabled: cannot create %s (%s); set VSOCKET_STATS_DIR to a writable "
+                "directory or VSOCKET_STATS=off",
+                path, strerror(errno));
+        segment_failed = true;
+        return;
+    }
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    syscall(SYS_close, fd);
+    if (p == MAP_FAILED) {
+        vs_warn("statistics disabled: cannot map %s (%s)", path, strerror(errno));
+        unlink(path);
+        segment_failed = true;
+        return;
+    }
+    segment = p;
+    segment_size = size;
+    segment_pid = getpid();
+    fill_header(segment, vs_config.stats_max);
+}
+
+/* A free record, else the oldest closed one; NULL when all are live. */
+static struct vs_stats_record *take_record(void)
+{
+    struct vs_stats_record *r = records(), *oldest = NULL;
+    unsigned hw = atomic_load(&segment->high_water);
+    if (hw < segment->capacity) {
+        atomic_store(&segment->high_water, hw + 1);
+        return &r[hw];
+    }
+    for (unsigned i = 0; i < hw; i++) {
+        unsigned use = atomic_load(&r[i].use);
+        if (use == VS_REC_FREE)
+            return &r[i];
+        if (use == VS_REC_CLOSED && (!oldest || r[i].close_ns < oldest->close_ns))
+            oldest = &r[i];
+    }
+    return oldest;
+}
+
+static void begin_update(struct vs_stats_record *r)
+{
+    atomic_fetch_add_explicit(&r->seq, 1, memory_order_acq_rel);
+}
+
+static void end_update(struct vs_stats_record *r)
+{
+    atomic_fetch_add_explicit(&r->seq, 1, memory_order_release);
+}
+
+struct vs_stats_record *vs_stats_open(int fd, int family, int type, unsigned transport,
+                                      const char *reason)
+{
+    if (!vs_config.stats)
+        return &scratch;
+    pthread_mutex_lock(&lock);
+    if (!segment && !segment_failed)
+        create_segment();
+    struct vs_stats_record *r = segment ? take_record() : NULL;
+    if (!r) {
+        if (segment)
+            atomic_fetch_add(&segment->untracked, 1);
+        pthread_mutex_unlock(&lock);
+        return &scratch;
+    }
+    begin_update(r);
+    r->fd = fd;
+    r->family = (uint16_t)family;
+    r->type = (uint8_t)type;
+    r->state = VS_STATE_OPEN;
+    r->transport = (uint8_t)transport;
+    snprintf(r->reason, sizeof(r->reason), "%s", reason ? reason : "");
+    memset(&r->local, 0, sizeof(r->local));
+    memset(&r->peer, 0, sizeof(r->peer));
+    r->open_ns = now_ns();
+    r->close_ns = 0;
+    atomic_store(&r->tx_bytes, 0);
+    atomic_store(&r->rx_bytes, 0);
+    atomic_store(&r->tx_msgs, 0);
+    atomic_store(&r->rx_msgs, 0);
+    end_update(r);
+    atomic_store(&r->use, VS_REC_LIVE);
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+void vs_stats_close(struct vs_stats_record *r)
+{
+    if (r == &scratch)
+        return;
+    pthread_mutex_lock(&lock);
+    begin_update(r);
+    r->state = VS_STATE_CLOSED;
+    r->close_ns = now_ns();
+    end_update(r);
+    atomic_store(&r->use, VS_REC_CLOSED);
+    pthread_mutex_unlock(&lock);
+}
+
+/* Metadata writers are serialised by the allocation lock: they are rare
+ * (connect, accept, bind, close) and must not interleave inside one record. */
+void vs_stats_set_state(struct vs_stats_record *r, enum vs_sock_state state)
+{
+    if (r == &scratch)
+        return;
+    pthread_mutex_lock(&lock);
+    begin_update(r);
+    r->state = (uint8_t)state;
+    end_update(r);
+    pthread_mutex_unlock(&lock);
+}
+
+void vs_stats_set_fd(struct vs_stats_record *r, int fd)
+{
+    if (r == &scratch)
+        return;
+    pthread_mutex_lock(&lock);
+    begin_update(r);
+    r->fd = fd;
+    end_update(r);
+    pthread_mutex_unlock(&lock);
+}
+
+void vs_stats_set_reason(struct vs_stats_record *r, const char *reason)
+{
+    if (r == &scratch)
+        return;
+    pthread_mutex_lock(&lock);
+    begin_update(r);
+    snprintf(r->reason, sizeof(r->reason), "%s", reason);
+    end_update(r);
+    pthread_mutex_unlock(&lock);
+}
+
+static void copy_addr(struct vs_stats_addr *out, const struct sockaddr *sa)
+{
+    memset(out, 0, sizeof(*out));
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *in = (const void *)sa;
+        out->family = AF_INET;
+        out->port = ntohs(in->sin_port);
+        memcpy(out->addr, &in->sin_addr, 4);
+    } else if (sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const void *)sa;
+        out->family = AF_INET6;
+        out->port = ntohs(in6->sin6_port);
+        memcpy(out->addr, &in6->sin6_addr, 16);
+    }
+}
+
+void vs_stats_set_addrs(struct vs_stats_record *r, const struct sockaddr *local,
+                        const struct sockaddr *peer)
+{
+    if (r == &scratch)
+        return;
+    pthread_mutex_lock(&lock);
+    begin_update(r);
+    if (local)
+        copy_addr(&r->local, local);
+    if (peer)
+        copy_addr(&r->peer, peer);
+    end_update(r);
+    pthread_mutex_unlock(&lock);
+}
+
+void vs_stats_fork_prepare(void)
+{
+    pthread_mutex_lock(&lock);
+}
+
+void vs_stats_fork_parent(void)
+{
+    pthread_mutex_unlock(&lock);
+}
+
+/* The child must not keep writing into its parent's file: it gets a file of
+ * its own holding a copy of the records it inherited (its sockets are the
+ * parent's live ones), mapped at the same address so that every record
+ * pointer held by the socket table stays valid. */
+void vs_stats_fork_child(void)
+{
+    pthread_mutex_init(&lock, NULL);
+    if (!segment)
+        return;
+    char path[PATH_MAX + 32];
+    vs_stats_path(vs_config.stats_dir, getpid(), path, sizeof(path));
+    int fd = create_file(path, segment_size);
+    size_t used =
+        sizeof(*segment) + atomic_load(&segment->high_water) * sizeof(struct vs_stats_record);
+    if (fd >= 0 && pwrite(fd, segment, used, 0) == (ssize_t)used &&
+        mmap(segment, segment_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) !=
+            MAP_FAILED) {
+        syscall(SYS_close, fd);
+        segment_pid = getpid();
+        fill_header(segment, segment->capacity);
+        /* The parent's closed sockets are its history, not the child's. */
+        struct vs_stats_record *r = records();
+        for (unsigned i = 0; i < atomic_load(&segment->high_water); i++)
+            if (atomic_load(&r[i].use) == VS_REC_CLOSED)
+                atomic_store(&r[i].use, VS_REC_FREE);
+        return;
+    }
+    vs_warn("statistics disabled in child: cannot create %s (%s)", path, strerror(errno));
+    if (fd >= 0) {
+        syscall(SYS_close, fd);
+        unlink(path);
+    }
+    /* Keep the mapping valid but private, so writes no longer reach the
+     * parent's file. */
+    mmap(segment, segment_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1,
+         0);
+    segment_failed = true;
+}
+
+void vs_stats_exit(void)
+{
+    if (!segment || segment_pid != getpid())
+        return;
+    char path[PATH_MAX + 32];
+    vs_stats_path(vs_config.stats_dir, getpid(), path, sizeof(path));
+    unlink(path);
+}

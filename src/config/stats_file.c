@@ -1,0 +1,46 @@
+/* stats_file.c - what the statistics writer and reader share. */
+#include "config/stats_format.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* Raw syscalls: this file is linked into libvsocket, where read() and close()
+ * are our own wrappers. */
+uint64_t vs_stats_proc_start_ticks(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    int fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = syscall(SYS_read, fd, buf, sizeof(buf) - 1);
+    syscall(SYS_close, fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    /* The command name may contain spaces and parentheses: fields are counted
+     * from the last ')'. starttime is field 22; field 3 follows ") ". */
+    char *p = strrchr(buf, ')');
+    if (!p)
+        return 0;
+    p++;
+    for (int field = 3; field < 22 && p; field++)
+        p = strchr(p + 1, ' ');
+    return p ? strtoull(p + 1, NULL, 10) : 0;
+}
+
+void vs_stats_path(const char *dir, pid_t pid, char *out, size_t outlen)
+{
+    snprintf(out, outlen, "%s/%s%d", dir, VS_STATS_FILE_PREFIX, (int)pid);
+}
+
+const char *vs_stats_state_name(unsigned state)
+{
+    static const char *const names[] = {"open",       "bound",     "listening",
+                                        "connecting", "connected", "closed"};
+    return state <= VS_STATE_CLOSED ? names[state] : "?";
+}

@@ -1,0 +1,78 @@
+/* stats_format.h - layout of the per-process statistics segment.
+ *
+ * Each process that uses vsocket publishes one file, STATS_DIR/vsocket-stats.PID
+ * (mode 0600), that `vsocket stat` maps read-only while the process runs. The
+ * writer is libvsocket; this header is all the reader needs.
+ *
+ * Consistency: the counters are independent 64-bit atomics. The other fields
+ * of a record change rarely (connect, accept, close) and are guarded by a
+ * sequence counter: odd while being written; a reader retries until it sees
+ * the same even value before and after its copy. */
+#ifndef VSOCKET_STATS_FORMAT_H
+#define VSOCKET_STATS_FORMAT_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define VS_STATS_MAGIC 0x3174736b636f7376ull /* "vsockst1" */
+#define VS_STATS_VERSION 1
+#define VS_STATS_FILE_PREFIX "vsocket-stats."
+
+enum vs_record_use { VS_REC_FREE, VS_REC_LIVE, VS_REC_CLOSED };
+
+enum vs_sock_state {
+    VS_STATE_OPEN,
+    VS_STATE_BOUND,
+    VS_STATE_LISTENING,
+    VS_STATE_CONNECTING,
+    VS_STATE_CONNECTED,
+    VS_STATE_CLOSED,
+};
+
+struct vs_stats_addr {
+    uint16_t family; /* AF_INET, AF_INET6 or 0 when unknown */
+    uint16_t port;   /* host byte order */
+    uint8_t addr[16];
+};
+
+struct vs_stats_record {
+    _Atomic uint32_t use; /* enum vs_record_use */
+    _Atomic uint32_t seq; /* odd while the fields below are changing */
+    int32_t fd;
+    uint16_t family;
+    uint8_t type; /* SOCK_STREAM, SOCK_DGRAM, ... */
+    uint8_t state;
+    uint8_t transport;
+    uint8_t pad[3];
+    char reason[48]; /* why the socket is not accelerated; "" when it is */
+    struct vs_stats_addr local, peer;
+    uint64_t open_ns, close_ns; /* CLOCK_REALTIME */
+    _Atomic uint64_t tx_bytes, rx_bytes, tx_msgs, rx_msgs;
+};
+
+struct vs_stats_header {
+    uint64_t magic;
+    uint32_t version;
+    uint32_t header_size;
+    uint32_t record_size;
+    uint32_t capacity;
+    int32_t pid;
+    uint32_t pad;
+    uint64_t start_ticks; /* /proc/PID/stat start time: a reused pid differs */
+    char comm[64];
+    char transports[64];         /* the configured list */
+    _Atomic uint32_t high_water; /* records [0, high_water) have been used */
+    _Atomic uint32_t pad2;
+    _Atomic uint64_t untracked; /* sockets not recorded because the table was full */
+};
+
+/* Start time of process PID in clock ticks after boot, or 0. */
+uint64_t vs_stats_proc_start_ticks(pid_t pid);
+
+/* Writes the segment path of PID under DIR into OUT. */
+void vs_stats_path(const char *dir, pid_t pid, char *out, size_t outlen);
+
+const char *vs_stats_state_name(unsigned state);
+
+#endif

@@ -1,0 +1,30 @@
+/* fdtable.h - from file descriptor to socket state.
+ *
+ * A slot holds one of: nothing yet (we have not looked at this fd), FOREIGN
+ * (not a socket we track: pass every call through), CLOSING (a close is in
+ * progress), or a socket. Lookups take no lock: a slot is one atomic
+ * pointer and sockets are reference counted in type-stable memory. */
+#ifndef VSOCKET_FDTABLE_H
+#define VSOCKET_FDTABLE_H
+
+#include "core/sock.h"
+
+/* The socket behind FD with a reference the caller must put, or NULL when
+ * calls on FD pass straight to the kernel. An fd never seen before is looked
+ * at once (fstat): an internet socket we did not see created (inherited
+ * across exec) is adopted, anything else is marked foreign. */
+struct vs_sock *vs_fd_get(int fd);
+
+/* Makes FD name S, consuming the caller's reference; S == NULL marks FD
+ * foreign. Whatever FD named before is released. */
+void vs_fd_set(int fd, struct vs_sock *s);
+
+/* close(): detach FD before the real close so that no lookup adopts it while
+ * it is being closed, and forget it afterwards. */
+struct vs_sock *vs_fd_close_begin(int fd);
+void vs_fd_close_end(int fd, struct vs_sock *s);
+
+/* close_range()/closefrom(): forget every fd in [FIRST, LAST]. */
+void vs_fd_forget_range(unsigned first, unsigned last);
+
+#endif

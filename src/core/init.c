@@ -1,0 +1,45 @@
+/* init.c - what happens when libvsocket is loaded, at exit and at fork. */
+#include "core/init.h"
+
+#include "config/config.h"
+#include "config/log.h"
+#include "config/stats.h"
+#include "core/exec_env.h"
+#include "core/sock.h"
+#include "interpose/real.h"
+
+__attribute__((constructor)) static void vs_load(void)
+{
+    vs_real_init();
+    vs_config_load(&vs_config);
+    vs_exec_env_capture();
+    char transports[64];
+    vs_config_format_transports(vs_config.transports, transports, sizeof(transports));
+    vs_info("loaded: transports %s, statistics %s", transports, vs_config.stats ? "on" : "off");
+}
+
+__attribute__((destructor)) static void vs_unload(void)
+{
+    vs_stats_exit();
+}
+
+/* Locks are taken in one order (sockets, then statistics) and released in
+ * both processes, so the child never inherits a lock held by a thread it
+ * does not have. */
+void vs_fork_prepare(void)
+{
+    vs_sock_fork_prepare();
+    vs_stats_fork_prepare();
+}
+
+void vs_fork_parent(void)
+{
+    vs_stats_fork_parent();
+    vs_sock_fork_parent();
+}
+
+void vs_fork_child(void)
+{
+    vs_stats_fork_child();
+    vs_sock_fork_child();
+}

@@ -1,0 +1,19 @@
+/* reason.h - why a socket is not accelerated, as shown by `vsocket stat`.
+ * docs/statistics.md lists them for users: keep the two in step. */
+#ifndef VSOCKET_REASON_H
+#define VSOCKET_REASON_H
+
+/* No transport other than the kernel is built into this library. */
+#define VS_REASON_NO_TRANSPORT "no-accelerated-transport"
+/* VSOCKET_TRANSPORTS allows the kernel only. */
+#define VS_REASON_DISABLED "disabled-by-config"
+/* Raw, sequenced-packet and other socket types are passed through. */
+#define VS_REASON_UNSUPPORTED_TYPE "unsupported-type"
+/* The peer does not run vsocket (reserved for the shm and rdma transports). */
+#define VS_REASON_PEER_NOT_VSOCKET "peer-not-vsocket"
+/* No usable RDMA device (reserved for the rdma transport). */
+#define VS_REASON_NO_RDMA_DEVICE "no-rdma-device"
+/* Prefix: an option the transport cannot honour, e.g. unsupported-option:SO_XYZ. */
+#define VS_REASON_UNSUPPORTED_OPTION "unsupported-option:"
+
+#endif

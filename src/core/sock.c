@@ -1,0 +1,131 @@
+/* sock.c - socket state: creation, adoption, release. */
+#include "core/sock.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <sys/stat.h>
+
+#include "config/config.h"
+#include "config/log.h"
+#include "core/reason.h"
+#include "interpose/real.h"
+#include "memory/pool.h"
+
+static struct vs_pool pool = VS_POOL_INIT(struct vs_sock, pool_next);
+
+bool vs_sock_tracked_family(int family)
+{
+    return family == AF_INET || family == AF_INET6;
+}
+
+/* Why a new socket stays on the kernel. Every socket does for now: the
+ * transports that could accelerate it are not built yet. */
+static const char *kernel_reason(int type)
+{
+    if (type != SOCK_STREAM && type != SOCK_DGRAM)
+        return VS_REASON_UNSUPPORTED_TYPE;
+    if (vs_config.transports == VS_TRANSPORT_BIT(VS_TRANSPORT_KERNEL))
+        return vs_config.transports_set ? VS_REASON_DISABLED : VS_REASON_NO_TRANSPORT;
+    return VS_REASON_NO_TRANSPORT;
+}
+
+struct vs_sock *vs_sock_new(int fd, int family, int type, int protocol, const char *reason)
+{
+    struct vs_sock *s = vs_pool_alloc(&pool);
+    if (!s) {
+        vs_warn("out of memory: fd %d passes through untracked", fd);
+        return NULL;
+    }
+    s->family = family;
+    s->type = type;
+    s->protocol = protocol;
+    s->transport = VS_TRANSPORT_KERNEL;
+    atomic_store(&s->state, VS_STATE_OPEN);
+    s->stat = vs_stats_open(fd, family, type, s->transport, reason ? reason : kernel_reason(type));
+    /* Published last: a racing lookup that finds this recycled object must
+     * not take a reference before the fields above are in place. */
+    atomic_store_explicit(&s->refs, 1, memory_order_release);
+    vs_debug("fd %d: %s socket type %d tracked (transport kernel)", fd,
+             family == AF_INET ? "ipv4" : "ipv6", type);
+    return s;
+}
+
+struct vs_sock *vs_sock_adopt(int fd)
+{
+    struct stat st;
+    if (fstat(fd, &st) < 0 || !S_ISSOCK(st.st_mode))
+        return NULL;
+    int family = 0, type = 0, protocol = 0, listening = 0;
+    socklen_t len = sizeof(int);
+    if (vs_real.getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &family, &len) < 0 ||
+        !vs_sock_tracked_family(family))
+        return NULL;
+    len = sizeof(int);
+    vs_real.getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len);
+    len = sizeof(int);
+    vs_real.getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &protocol, &len);
+    len = sizeof(int);
+    vs_real.getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len);
+
+    struct vs_sock *s = vs_sock_new(fd, family, type, protocol, NULL);
+    if (!s)
+        return NULL;
+    struct sockaddr_storage peer;
+    len = sizeof(peer);
+    enum vs_sock_state state = listening ? VS_STATE_LISTENING
+                               : vs_real.getpeername(fd, (void *)&peer, &len) == 0
+                                   ? VS_STATE_CONNECTED
+                                   : VS_STATE_BOUND;
+    vs_sock_set_state(s, fd, state);
+    vs_info("fd %d: adopted an inherited socket (%s)", fd, vs_stats_state_name(state));
+    return s;
+}
+
+void vs_sock_release(struct vs_sock *s)
+{
+    int saved_errno = errno;
+    vs_stats_close(s->stat);
+    vs_pool_free(&pool, s);
+    errno = saved_errno;
+}
+
+void vs_sock_refresh_addrs(struct vs_sock *s, int fd)
+{
+    struct sockaddr_storage local, peer;
+    socklen_t llen = sizeof(local), plen = sizeof(peer);
+    int saved_errno = errno;
+    bool have_local = vs_real.getsockname(fd, (void *)&local, &llen) == 0;
+    bool have_peer = vs_real.getpeername(fd, (void *)&peer, &plen) == 0;
+    vs_stats_set_addrs(s->stat, have_local ? (void *)&local : NULL,
+                       have_peer ? (void *)&peer : NULL);
+    errno = saved_errno;
+}
+
+void vs_sock_set_state(struct vs_sock *s, int fd, enum vs_sock_state state)
+{
+    atomic_store(&s->state, state);
+    vs_stats_set_state(s->stat, state);
+    vs_sock_refresh_addrs(s, fd);
+}
+
+void vs_sock_connected_late(struct vs_sock *s, int fd)
+{
+    int expected = VS_STATE_CONNECTING;
+    if (atomic_compare_exchange_strong(&s->state, &expected, VS_STATE_CONNECTED))
+        vs_sock_set_state(s, fd, VS_STATE_CONNECTED);
+}
+
+void vs_sock_fork_prepare(void)
+{
+    vs_pool_fork_prepare(&pool);
+}
+
+void vs_sock_fork_parent(void)
+{
+    vs_pool_fork_parent(&pool);
+}
+
+void vs_sock_fork_child(void)
+{
+    vs_pool_fork_child(&pool);
+}

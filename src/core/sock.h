@@ -1,0 +1,92 @@
+/* sock.h - the state vsocket keeps for one socket (one open file
+ * description: dup'd fds share it). */
+#ifndef VSOCKET_SOCK_H
+#define VSOCKET_SOCK_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <sys/socket.h>
+
+#include "config/stats.h"
+#include "transport/transport.h"
+
+struct vs_sock {
+    /* One reference per fd that names the socket, one per call in progress. */
+    _Atomic unsigned refs;
+    int family; /* AF_INET or AF_INET6 */
+    int type;   /* SOCK_STREAM, SOCK_DGRAM, ... without the creation flags */
+    int protocol;
+    enum vs_transport transport;
+    /* enum vs_sock_state; read on the data path to notice a completed
+     * non-blocking connect. */
+    _Atomic int state;
+    struct vs_stats_record *stat;
+    void *pool_next; /* free-list link while the object is unused */
+};
+
+/* A new socket with one reference, or NULL (out of memory: the caller then
+ * passes the fd through untracked). */
+struct vs_sock *vs_sock_new(int fd, int family, int type, int protocol, const char *reason);
+
+/* A socket for FD found open without our having seen it created; NULL when
+ * FD is not an internet socket. */
+struct vs_sock *vs_sock_adopt(int fd);
+
+/* Takes a reference unless the count already reached zero (the object is
+ * being freed or was reused: see memory/pool.h). */
+static inline bool vs_sock_tryref(struct vs_sock *s)
+{
+    unsigned n = atomic_load_explicit(&s->refs, memory_order_relaxed);
+    while (n != 0)
+        if (atomic_compare_exchange_weak_explicit(&s->refs, &n, n + 1, memory_order_acquire,
+                                                  memory_order_relaxed))
+            return true;
+    return false;
+}
+
+void vs_sock_release(struct vs_sock *s);
+
+static inline void vs_sock_put(struct vs_sock *s)
+{
+    if (atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) == 1)
+        vs_sock_release(s);
+}
+
+static inline void vs_sock_ref(struct vs_sock *s)
+{
+    atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
+}
+
+/* State changes, reflected in the statistics. LOCAL/PEER are read from the
+ * kernel socket FD when NULL. */
+void vs_sock_set_state(struct vs_sock *s, int fd, enum vs_sock_state state);
+void vs_sock_refresh_addrs(struct vs_sock *s, int fd);
+
+/* Counting after a data call returned N; also notices a non-blocking
+ * connect that completed. */
+void vs_sock_connected_late(struct vs_sock *s, int fd);
+static inline void vs_sock_count_tx(struct vs_sock *s, int fd, long n, unsigned msgs)
+{
+    if (n <= 0)
+        return;
+    if (atomic_load_explicit(&s->state, memory_order_relaxed) == VS_STATE_CONNECTING)
+        vs_sock_connected_late(s, fd);
+    vs_stats_count_tx(s->stat, (size_t)n, msgs);
+}
+static inline void vs_sock_count_rx(struct vs_sock *s, int fd, long n, unsigned msgs)
+{
+    if (n <= 0)
+        return;
+    if (atomic_load_explicit(&s->state, memory_order_relaxed) == VS_STATE_CONNECTING)
+        vs_sock_connected_late(s, fd);
+    vs_stats_count_rx(s->stat, (size_t)n, msgs);
+}
+
+/* Whether vsocket tracks sockets of this domain and type at all. */
+bool vs_sock_tracked_family(int family);
+
+void vs_sock_fork_prepare(void);
+void vs_sock_fork_parent(void);
+void vs_sock_fork_child(void);
+
+#endif

@@ -1,0 +1,133 @@
+/* fd_api.c - calls that create, copy or destroy descriptors, and the
+ * generic control calls (fcntl, ioctl). */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include "core/fdtable.h"
+#include "interpose/real.h"
+
+VS_EXPORT int close(int fd)
+{
+    VS_REAL_READY();
+    struct vs_sock *s = vs_fd_close_begin(fd);
+    int r = vs_real.close(fd);
+    int saved_errno = errno;
+    vs_fd_close_end(fd, s);
+    errno = saved_errno;
+    return r;
+}
+
+/* fclose closes its fd inside libc, out of our sight: forget it here, or a
+ * file opened later under the same number would pass for the socket. */
+VS_EXPORT int fclose(FILE *stream)
+{
+    VS_REAL_READY();
+    int fd = stream ? fileno(stream) : -1;
+    struct vs_sock *s = fd >= 0 ? vs_fd_close_begin(fd) : NULL;
+    int r = vs_real.fclose(stream);
+    int saved_errno = errno;
+    if (fd >= 0)
+        vs_fd_close_end(fd, s);
+    errno = saved_errno;
+    return r;
+}
+
+VS_EXPORT int close_range(unsigned int first, unsigned int last, int flags)
+{
+    VS_REAL_READY();
+    if (!vs_real.close_range) {
+        errno = ENOSYS;
+        return -1;
+    }
+    int r = vs_real.close_range(first, last, flags);
+    int saved_errno = errno;
+    if (r == 0 && !(flags & CLOSE_RANGE_CLOEXEC))
+        vs_fd_forget_range(first, last);
+    errno = saved_errno;
+    return r;
+}
+
+VS_EXPORT void closefrom(int lowfd)
+{
+    VS_REAL_READY();
+    int saved_errno = errno;
+    if (vs_real.closefrom)
+        vs_real.closefrom(lowfd);
+    if (lowfd >= 0)
+        vs_fd_forget_range((unsigned)lowfd, ~0u);
+    errno = saved_errno;
+}
+
+/* NEWFD is a copy of OLDFD: it names the same socket, or is foreign too. */
+static int track_dup(int oldfd, int newfd)
+{
+    if (newfd < 0 || newfd == oldfd)
+        return newfd;
+    int saved_errno = errno;
+    vs_fd_set(newfd, vs_fd_get(oldfd));
+    errno = saved_errno;
+    return newfd;
+}
+
+VS_EXPORT int dup(int fd)
+{
+    VS_REAL_READY();
+    return track_dup(fd, vs_real.dup(fd));
+}
+
+VS_EXPORT int dup2(int oldfd, int newfd)
+{
+    VS_REAL_READY();
+    return track_dup(oldfd, vs_real.dup2(oldfd, newfd));
+}
+
+VS_EXPORT int dup3(int oldfd, int newfd, int flags)
+{
+    VS_REAL_READY();
+    return track_dup(oldfd, vs_real.dup3(oldfd, newfd, flags));
+}
+
+/* The third argument of fcntl/ioctl is an int, a long or a pointer depending
+ * on the command; on the ABIs we support all travel in one register or stack
+ * slot, so it is read and forwarded as a pointer-sized value. */
+static int fcntl_common(int (*real)(int, int, ...), int fd, int cmd, void *arg)
+{
+    int r = real(fd, cmd, arg);
+    if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)
+        return track_dup(fd, r);
+    return r;
+}
+
+VS_EXPORT int fcntl(int fd, int cmd, ...)
+{
+    VS_REAL_READY();
+    va_list ap;
+    va_start(ap, cmd);
+    void *arg = va_arg(ap, void *);
+    va_end(ap);
+    return fcntl_common(vs_real.fcntl, fd, cmd, arg);
+}
+
+VS_EXPORT int fcntl64(int fd, int cmd, ...)
+{
+    VS_REAL_READY();
+    va_list ap;
+    va_start(ap, cmd);
+    void *arg = va_arg(ap, void *);
+    va_end(ap);
+    return fcntl_common(vs_real.fcntl64 ? vs_real.fcntl64 : vs_real.fcntl, fd, cmd, arg);
+}
+
+VS_EXPORT int ioctl(int fd, unsigned long request, ...)
+{
+    VS_REAL_READY();
+    va_list ap;
+    va_start(ap, request);
+    void *arg = va_arg(ap, void *);
+    va_end(ap);
+    return vs_real.ioctl(fd, request, arg);
+}

@@ -1,0 +1,161 @@
+/* io_api.c - the data path: read/write, send/recv families, sendfile.
+ *
+ * Each wrapper looks the fd up (lock-free), lets the socket's transport move
+ * the bytes (the kernel, for now) and counts what moved. An fd that is not
+ * a tracked socket costs one table lookup. */
+#include <errno.h>
+#include <sys/sendfile.h>
+
+#include "core/fdtable.h"
+#include "interpose/real.h"
+
+/* Counting after the call; preserves errno. MSG_PEEK reads nothing. */
+static ssize_t done_rx(struct vs_sock *s, int fd, ssize_t n, int flags)
+{
+    if (!(flags & MSG_PEEK))
+        vs_sock_count_rx(s, fd, n, 1);
+    vs_sock_put(s);
+    return n;
+}
+
+static ssize_t done_tx(struct vs_sock *s, int fd, ssize_t n)
+{
+    vs_sock_count_tx(s, fd, n, 1);
+    vs_sock_put(s);
+    return n;
+}
+
+VS_EXPORT ssize_t read(int fd, void *buf, size_t len)
+{
+    VS_REAL_READY();
+    struct vs_sock *s = vs_fd_get(fd);
+    ssize_t n = vs_real.read(fd, buf, len);
+    return s ? done_rx(s, fd, n, 0) : n;
+}
+
+VS_EXPORT ssize_t write(int fd, const void *buf, size_t len)
+{
+    VS_REAL_READY();
+    struct vs_sock *s = vs_fd_get(fd);
+    ssize_t n = vs_real.write(fd, buf, len);
+    return s ? done_tx(s, fd, n) : n;
+}
+
+VS_EXPORT ssize_t readv(int fd, const struct iovec *iov, int iovcnt)
+{
+    VS_REAL_READY();
+    struct vs_sock *s = vs_fd_get(fd);
+    ssize_t n = vs_real.readv(fd, iov, iovcnt);
+    return s ? done_rx(s, fd, n, 0) : n;
+}
+
+VS_EXPORT ssize_t writev(int fd, const struct iovec *iov, int iovcnt)
+{
+    VS_REAL_READY();
+    struct vs_sock *s = vs_fd_get(fd);
+    ssize_t n = vs_real.writev(fd, iov, iovcnt);
+    return s ? done_tx(s, fd, n) : n;
+}
+
+VS_EXPORT ssize_t recv(int fd, void *buf, size_t len, int flags)
+{
+    VS_REAL_READY();
+    struct vs_sock *s = vs_fd_get(fd);
+    ssize_t n = vs_real.recv(fd, buf, len, flags);
+    return s ? done_rx(s, fd, n, flags) : n;
+}
+
+VS_EXPORT ssize_t recvfrom(int fd, void *buf, size_t len, int flags, struct sockaddr *addr,
+                           socklen_t *addrlen)
+{
+    VS_REAL_READY();
+    struct vs_sock *s = vs_fd_get(fd);
+    ssize_t n = vs_real.recvfrom(fd, buf, len, flags, addr, addrlen);
+    return s ? done_rx(s, fd, n, flags) : n;
+}
+
+VS_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
+{
+    VS_REAL_READY();
+    struct vs_sock *s = vs_fd_get(fd);
+    ssize_t n = vs_real.recvmsg(fd, msg, flags);
+    return s ? done_rx(s, fd, n, flags) : n;
+}
+
+/* Total bytes of the first N messages of a sendmmsg/recvmmsg vector. */
+static size_t mmsg_bytes(const struct mmsghdr *v, int n)
+{
+    size_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += v[i].msg_len;
+    return total;
+}
+
+VS_EXPORT int recvmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flags,
+                       struct timespec *timeout)
+{
+    VS_REAL_READY();
+    struct vs_sock *s = vs_fd_get(fd);
+    int n = vs_real.recvmmsg(fd, vec, vlen, flags, timeout);
+    if (s) {
+        if (n > 0 && !(flags & MSG_PEEK))
+            vs_sock_count_rx(s, fd, (long)mmsg_bytes(vec, n), (unsigned)n);
+        vs_sock_put(s);
+    }
+    return n;
+}
+
+VS_EXPORT ssize_t send(int fd, const void *buf, size_t len, int flags)
+{
+    VS_REAL_READY();
+    struct vs_sock *s = vs_fd_get(fd);
+    ssize_t n = vs_real.send(fd, buf, len, flags);
+    return s ? done_tx(s, fd, n) : n;
+}
+
+VS_EXPORT ssize_t sendto(int fd, const void *buf, size_t len, int flags,
+                         const struct sockaddr *addr, socklen_t addrlen)
+{
+    VS_REAL_READY();
+    struct vs_sock *s = vs_fd_get(fd);
+    ssize_t n = vs_real.sendto(fd, buf, len, flags, addr, addrlen);
+    return s ? done_tx(s, fd, n) : n;
+}
+
+VS_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
+{
+    VS_REAL_READY();
+    struct vs_sock *s = vs_fd_get(fd);
+    ssize_t n = vs_real.sendmsg(fd, msg, flags);
+    return s ? done_tx(s, fd, n) : n;
+}
+
+VS_EXPORT int sendmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flags)
+{
+    VS_REAL_READY();
+    struct vs_sock *s = vs_fd_get(fd);
+    int n = vs_real.sendmmsg(fd, vec, vlen, flags);
+    if (s) {
+        if (n > 0)
+            vs_sock_count_tx(s, fd, (long)mmsg_bytes(vec, n), (unsigned)n);
+        vs_sock_put(s);
+    }
+    return n;
+}
+
+/* sendfile writes to OUT_FD, which is the socket when one is involved. */
+VS_EXPORT ssize_t sendfile(int out_fd, int in_fd, off_t *offset, size_t count)
+{
+    VS_REAL_READY();
+    struct vs_sock *s = vs_fd_get(out_fd);
+    ssize_t n = vs_real.sendfile(out_fd, in_fd, offset, count);
+    return s ? done_tx(s, out_fd, n) : n;
+}
+
+VS_EXPORT ssize_t sendfile64(int out_fd, int in_fd, off64_t *offset, size_t count)
+{
+    VS_REAL_READY();
+    struct vs_sock *s = vs_fd_get(out_fd);
+    ssize_t n = vs_real.sendfile64(out_fd, in_fd, offset, count);
+    return s ? done_tx(s, out_fd, n) : n;
+}

@@ -1,0 +1,152 @@
+/* process_api.c - fork, vfork, daemon and the exec family.
+ *
+ * fork: the child inherits the fd table and the sockets (plain memory) and
+ * gets a statistics segment of its own. exec: the new image starts with an
+ * empty table and adopts the sockets it inherited on first use; here we only
+ * make sure it loads vsocket again. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/exec_env.h"
+#include "core/init.h"
+#include "interpose/real.h"
+
+VS_EXPORT pid_t fork(void)
+{
+    VS_REAL_READY();
+    vs_fork_prepare();
+    pid_t pid = vs_real.fork();
+    int saved_errno = errno;
+    if (pid == 0)
+        vs_fork_child();
+    else
+        vs_fork_parent();
+    errno = saved_errno;
+    return pid;
+}
+
+/* A vfork child shares our memory and must not run our fork handlers on it;
+ * a real fork is always a correct vfork (the child may only exec or _exit),
+ * at the cost of copying the page tables. */
+VS_EXPORT pid_t vfork(void)
+{
+    return fork();
+}
+
+/* glibc's daemon() forks internally, out of our sight: it is redone here
+ * with our fork, with the same behaviour. */
+VS_EXPORT int daemon(int nochdir, int noclose)
+{
+    switch (fork()) {
+    case -1:
+        return -1;
+    case 0:
+        break;
+    default:
+        _exit(0);
+    }
+    if (setsid() < 0)
+        return -1;
+    if (!nochdir && chdir("/") < 0)
+        return -1;
+    if (noclose)
+        return 0;
+    int fd = open("/dev/null", O_RDWR);
+    if (fd < 0)
+        return -1;
+    struct stat st;
+    if (fstat(fd, &st) < 0 || !S_ISCHR(st.st_mode)) {
+        close(fd);
+        errno = ENODEV;
+        return -1;
+    }
+    dup2(fd, STDIN_FILENO);
+    dup2(fd, STDOUT_FILENO);
+    dup2(fd, STDERR_FILENO);
+    if (fd > STDERR_FILENO)
+        close(fd);
+    return 0;
+}
+
+/* Runs EXEC with ENVP completed by vs_exec_env_build; returns only on failure. */
+#define EXEC_WITH_ENV(envp, exec)                                                                  \
+    do {                                                                                           \
+        struct vs_exec_env built;                                                                  \
+        if (!vs_exec_env_build((envp), &built))                                                    \
+            built.env = (char **)(envp), built.preload = NULL;                                     \
+        char *const *env = built.env;                                                              \
+        int r = (exec);                                                                            \
+        int saved_errno = errno;                                                                   \
+        if (built.env != (char **)(envp))                                                          \
+            vs_exec_env_release(&built);                                                           \
+        errno = saved_errno;                                                                       \
+        return r;                                                                                  \
+    } while (0)
+
+VS_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
+{
+    VS_REAL_READY();
+    EXEC_WITH_ENV(envp, vs_real.execve(path, argv, env));
+}
+
+VS_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
+{
+    VS_REAL_READY();
+    EXEC_WITH_ENV(envp, vs_real.execvpe(file, argv, env));
+}
+
+VS_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
+{
+    VS_REAL_READY();
+    EXEC_WITH_ENV(envp, vs_real.fexecve(fd, argv, env));
+}
+
+VS_EXPORT int execv(const char *path, char *const argv[])
+{
+    return execve(path, argv, environ);
+}
+
+VS_EXPORT int execvp(const char *file, char *const argv[])
+{
+    return execvpe(file, argv, environ);
+}
+
+/* The list forms collect their arguments, then use the vector forms. */
+#define COLLECT_ARGS(first, argv)                                                                  \
+    size_t argc = 1;                                                                               \
+    va_list ap;                                                                                    \
+    va_start(ap, first);                                                                           \
+    while (va_arg(ap, char *))                                                                     \
+        argc++;                                                                                    \
+    va_end(ap);                                                                                    \
+    char *argv[argc + 1];                                                                          \
+    argv[0] = (char *)(first);                                                                     \
+    va_start(ap, first);                                                                           \
+    for (size_t i = 1; i <= argc; i++)                                                             \
+    argv[i] = va_arg(ap, char *)
+
+VS_EXPORT int execl(const char *path, const char *arg, ...)
+{
+    COLLECT_ARGS(arg, argv);
+    va_end(ap);
+    return execve(path, argv, environ);
+}
+
+VS_EXPORT int execlp(const char *file, const char *arg, ...)
+{
+    COLLECT_ARGS(arg, argv);
+    va_end(ap);
+    return execvpe(file, argv, environ);
+}
+
+VS_EXPORT int execle(const char *path, const char *arg, ...)
+{
+    COLLECT_ARGS(arg, argv);
+    char *const *envp = va_arg(ap, char *const *);
+    va_end(ap);
+    return execve(path, argv, envp);
+}

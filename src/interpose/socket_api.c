@@ -1,0 +1,157 @@
+/* socket_api.c - socket creation, naming, connection set-up and options.
+ *
+ * Every socket is a kernel socket for now: these wrappers call libc and keep
+ * the fd table and the statistics in step with what the kernel did. */
+#include <errno.h>
+
+#include "core/fdtable.h"
+#include "interpose/real.h"
+
+#define SOCK_TYPE_MASK 0xf
+
+/* Starts tracking a socket the kernel just created. */
+static void track_new(int fd, int family, int type, int protocol)
+{
+    if (!vs_sock_tracked_family(family)) {
+        vs_fd_set(fd, NULL);
+        return;
+    }
+    int saved_errno = errno;
+    vs_fd_set(fd, vs_sock_new(fd, family, type & SOCK_TYPE_MASK, protocol, NULL));
+    errno = saved_errno;
+}
+
+VS_EXPORT int socket(int family, int type, int protocol)
+{
+    VS_REAL_READY();
+    int fd = vs_real.socket(family, type, protocol);
+    if (fd >= 0)
+        track_new(fd, family, type, protocol);
+    return fd;
+}
+
+VS_EXPORT int socketpair(int family, int type, int protocol, int fds[2])
+{
+    VS_REAL_READY();
+    int r = vs_real.socketpair(family, type, protocol, fds);
+    if (r == 0) {
+        /* Linux has socketpair for AF_UNIX only: never ours. */
+        vs_fd_set(fds[0], NULL);
+        vs_fd_set(fds[1], NULL);
+    }
+    return r;
+}
+
+VS_EXPORT int bind(int fd, const struct sockaddr *addr, socklen_t len)
+{
+    VS_REAL_READY();
+    struct vs_sock *s = vs_fd_get(fd);
+    int r = vs_real.bind(fd, addr, len);
+    if (s) {
+        if (r == 0)
+            vs_sock_set_state(s, fd, VS_STATE_BOUND);
+        vs_sock_put(s);
+    }
+    return r;
+}
+
+VS_EXPORT int listen(int fd, int backlog)
+{
+    VS_REAL_READY();
+    struct vs_sock *s = vs_fd_get(fd);
+    int r = vs_real.listen(fd, backlog);
+    if (s) {
+        if (r == 0)
+            vs_sock_set_state(s, fd, VS_STATE_LISTENING);
+        vs_sock_put(s);
+    }
+    return r;
+}
+
+/* A connection accepted on listener S becomes a socket of its own. */
+static int track_accepted(struct vs_sock *listener, int fd)
+{
+    if (fd < 0 || !listener) {
+        if (fd >= 0)
+            vs_fd_set(fd, NULL);
+        return fd;
+    }
+    int saved_errno = errno;
+    struct vs_sock *s = vs_sock_new(fd, listener->family, listener->type, listener->protocol, NULL);
+    if (s) {
+        vs_sock_set_state(s, fd, VS_STATE_CONNECTED);
+        vs_fd_set(fd, s);
+    }
+    vs_sock_put(listener);
+    errno = saved_errno;
+    return fd;
+}
+
+VS_EXPORT int accept(int fd, struct sockaddr *addr, socklen_t *len)
+{
+    VS_REAL_READY();
+    struct vs_sock *s = vs_fd_get(fd);
+    int r = vs_real.accept(fd, addr, len);
+    if (r < 0 && s)
+        vs_sock_put(s);
+    return r < 0 ? r : track_accepted(s, r);
+}
+
+VS_EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
+{
+    VS_REAL_READY();
+    struct vs_sock *s = vs_fd_get(fd);
+    int r = vs_real.accept4(fd, addr, len, flags);
+    if (r < 0 && s)
+        vs_sock_put(s);
+    return r < 0 ? r : track_accepted(s, r);
+}
+
+VS_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
+{
+    VS_REAL_READY();
+    struct vs_sock *s = vs_fd_get(fd);
+    int r = vs_real.connect(fd, addr, len);
+    if (!s)
+        return r;
+    int saved_errno = errno;
+    if (addr && len >= sizeof(sa_family_t) && addr->sa_family == AF_UNSPEC)
+        vs_sock_set_state(s, fd, VS_STATE_OPEN); /* a datagram socket dissolving its association */
+    else if (r == 0)
+        vs_sock_set_state(s, fd, VS_STATE_CONNECTED);
+    else if (errno == EINPROGRESS)
+        vs_sock_set_state(s, fd, VS_STATE_CONNECTING);
+    vs_sock_put(s);
+    errno = saved_errno;
+    return r;
+}
+
+VS_EXPORT int shutdown(int fd, int how)
+{
+    VS_REAL_READY();
+    return vs_real.shutdown(fd, how);
+}
+
+VS_EXPORT int getsockopt(int fd, int level, int name, void *value, socklen_t *len)
+{
+    VS_REAL_READY();
+    return vs_real.getsockopt(fd, level, name, value, len);
+}
+
+VS_EXPORT int setsockopt(int fd, int level, int name, const void *value, socklen_t len)
+{
+    VS_REAL_READY();
+    return vs_real.setsockopt(fd, level, name, value, len);
+}
+
+VS_EXPORT int getsockname(int fd, struct sockaddr *addr, socklen_t *len)
+{
+    VS_REAL_READY();
+    return vs_real.getsockname(fd, addr, len);
+}
+
+VS_EXPORT int getpeername(int fd, struct sockaddr *addr, socklen_t *len)
+{
+    VS_REAL_READY();
+    return vs_real.getpeername(fd, addr, len);
+}

@@ -1,0 +1,292 @@
+/* cmd_stat.c - `vsocket stat`: the sockets of running vsocket processes,
+ * read from their statistics segments without stopping them. */
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "config/stats_format.h"
+#include "transport/transport.h"
+#include "tool/tool.h"
+
+struct stat_options {
+    bool json, all;
+    pid_t pid;    /* 0: every process */
+    double watch; /* seconds between refreshes; 0: print once */
+    const char *dir;
+};
+
+struct segment {
+    const struct vs_stats_header *header;
+    size_t size;
+};
+
+static void usage(FILE *out)
+{
+    fputs("usage: vsocket stat [--json] [--all] [--pid PID] [--watch[=SECONDS]]\n"
+          "\n"
+          "Shows every socket of every running process that uses vsocket: pid, fd,\n"
+          "protocol, state, local and peer address, transport, bytes and messages each\n"
+          "way, and why the socket is not accelerated when it is not.\n"
+          "\n"
+          "  --json             one JSON document instead of a table\n"
+          "  --all              also recently closed sockets\n"
+          "  --pid PID          only that process\n"
+          "  --watch[=SECONDS]  refresh every SECONDS (default 1) until interrupted\n"
+          "\n"
+          "Statistics are read from $VSOCKET_STATS_DIR (default /dev/shm).\n"
+          "Exit codes: 0 at least one process shown, 2 usage error, 3 no vsocket process.\n",
+          out);
+}
+
+static int parse(int argc, char **argv, struct stat_options *o)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        char *end;
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            usage(stdout);
+            return 1;
+        } else if (strcmp(a, "--json") == 0) {
+            o->json = true;
+        } else if (strcmp(a, "--all") == 0) {
+            o->all = true;
+        } else if (strcmp(a, "--watch") == 0) {
+            o->watch = 1;
+        } else if (strncmp(a, "--watch=", 8) == 0) {
+            o->watch = strtod(a + 8, &end);
+            if (end == a + 8 || *end || !(o->watch >= 0.1 && o->watch <= 3600)) {
+                fprintf(stderr, "vsocket stat: --watch takes seconds from 0.1 to 3600\n");
+                return -1;
+            }
+        } else if (strcmp(a, "--pid") == 0 || strncmp(a, "--pid=", 6) == 0) {
+            const char *v = a[5] == '=' ? a + 6 : (i + 1 < argc ? argv[++i] : "");
+            long pid = strtol(v, &end, 10);
+            if (!*v || *end || pid <= 0 || pid > INT_MAX) {
+                fprintf(stderr, "vsocket stat: --pid takes a process id\n");
+                return -1;
+            }
+            o->pid = (pid_t)pid;
+        } else {
+            fprintf(stderr, "vsocket stat: unknown argument '%s' (see vsocket stat --help)\n", a);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Maps FILE (a name in O->dir) if it is a valid segment of a live process.
+ * A file left by a process that died is removed when it is ours to remove. */
+static int open_segment(const struct stat_options *o, const char *file, struct segment *seg)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/%s", o->dir, file);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return -1;
+    struct stat st;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
+        (size_t)st.st_size < sizeof(struct vs_stats_header)) {
+        close(fd);
+        return -1;
+    }
+    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED)
+        return -1;
+    const struct vs_stats_header *h = p;
+    size_t need = (size_t)h->header_size + (size_t)h->capacity * h->record_size;
+    bool valid = h->magic == VS_STATS_MAGIC && h->version == VS_STATS_VERSION &&
+                 h->header_size == sizeof(*h) && h->record_size == sizeof(struct vs_stats_record) &&
+                 need <= (size_t)st.st_size;
+    if (!valid) {
+        fprintf(stderr, "vsocket stat: %s: not a statistics file of this version, skipped\n", path);
+        munmap(p, (size_t)st.st_size);
+        return -1;
+    }
+    bool alive = kill(h->pid, 0) == 0 || errno == EPERM;
+    if (!alive || vs_stats_proc_start_ticks(h->pid) != h->start_ticks) {
+        if (st.st_uid == getuid())
+            unlink(path);
+        munmap(p, (size_t)st.st_size);
+        return -1;
+    }
+    seg->header = h;
+    seg->size = (size_t)st.st_size;
+    return 0;
+}
+
+/* A consistent copy of R's fields (see the sequence counter in stats_format.h). */
+static void read_record(const struct vs_stats_record *r, struct vs_stats_record *out)
+{
+    for (int tries = 0; tries < 1000; tries++) {
+        unsigned before = atomic_load_explicit(&r->seq, memory_order_acquire);
+        memcpy((void *)out, (const void *)r, sizeof(*out));
+        atomic_thread_fence(memory_order_acquire);
+        if (!(before & 1) && atomic_load_explicit(&r->seq, memory_order_relaxed) == before)
+            return;
+    }
+}
+
+static void format_addr(const struct vs_stats_addr *a, char *out, size_t outlen)
+{
+    char host[INET6_ADDRSTRLEN] = "";
+    if (a->family == AF_INET) {
+        inet_ntop(AF_INET, a->addr, host, sizeof(host));
+        snprintf(out, outlen, "%s:%u", host, a->port);
+    } else if (a->family == AF_INET6) {
+        inet_ntop(AF_INET6, a->addr, host, sizeof(host));
+        snprintf(out, outlen, "[%s]:%u", host, a->port);
+    } else {
+        out[0] = '\0';
+    }
+}
+
+static const char *proto_name(const struct vs_stats_record *r)
+{
+    return r->type == SOCK_STREAM ? "tcp" : r->type == SOCK_DGRAM ? "udp" : "raw";
+}
+
+/* JSON strings we print come from our own writer, but a corrupt segment
+ * must not produce invalid JSON. */
+static void json_string(const char *s, size_t max)
+{
+    putchar('"');
+    for (size_t i = 0; i < max && s[i]; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\')
+            printf("\\%c", c);
+        else if (c < 0x20 || c >= 0x7f)
+            printf("\\u%04x", c);
+        else
+            putchar(c);
+    }
+    putchar('"');
+}
+
+static void print_record(const struct stat_options *o, const struct vs_stats_header *h,
+                         const struct vs_stats_record *r, bool first)
+{
+    char local[64], peer[64];
+    format_addr(&r->local, local, sizeof(local));
+    format_addr(&r->peer, peer, sizeof(peer));
+    const char *transport = vs_transport_name((enum vs_transport)r->transport);
+    unsigned long long tx = atomic_load(&r->tx_bytes), rx = atomic_load(&r->rx_bytes),
+                       txm = atomic_load(&r->tx_msgs), rxm = atomic_load(&r->rx_msgs);
+    if (!o->json) {
+        printf("%-7d %-4d %-4s %-10s %-24s %-24s %-9s %12llu %12llu %9llu %9llu %s\n", h->pid,
+               r->fd, proto_name(r), vs_stats_state_name(r->state), local[0] ? local : "-",
+               peer[0] ? peer : "-", transport, tx, rx, txm, rxm, r->reason[0] ? r->reason : "-");
+        return;
+    }
+    printf("%s{\"fd\":%d,\"proto\":\"%s\",\"family\":\"%s\",\"state\":\"%s\",\"local\":\"%s\","
+           "\"peer\":\"%s\",\"transport\":\"%s\",\"reason\":",
+           first ? "" : ",", r->fd, proto_name(r), r->family == AF_INET6 ? "ipv6" : "ipv4",
+           vs_stats_state_name(r->state), local, peer, transport);
+    json_string(r->reason, sizeof(r->reason));
+    printf(",\"tx_bytes\":%llu,\"rx_bytes\":%llu,\"tx_msgs\":%llu,\"rx_msgs\":%llu,\"closed\":%s}",
+           tx, rx, txm, rxm, atomic_load(&r->use) == VS_REC_CLOSED ? "true" : "false");
+}
+
+static void print_segment(const struct stat_options *o, const struct segment *seg, bool first)
+{
+    const struct vs_stats_header *h = seg->header;
+    if (o->json) {
+        printf("%s{\"pid\":%d,\"comm\":", first ? "" : ",", h->pid);
+        json_string(h->comm, sizeof(h->comm));
+        printf(",\"transports\":");
+        json_string(h->transports, sizeof(h->transports));
+        printf(",\"untracked\":%llu,\"sockets\":[", (unsigned long long)atomic_load(&h->untracked));
+    }
+    const struct vs_stats_record *records = (const void *)((const char *)h + h->header_size);
+    unsigned n = atomic_load(&h->high_water);
+    if (n > h->capacity)
+        n = h->capacity;
+    bool first_record = true;
+    for (unsigned i = 0; i < n; i++) {
+        unsigned use = atomic_load(&records[i].use);
+        if (use != VS_REC_LIVE && !(o->all && use == VS_REC_CLOSED))
+            continue;
+        struct vs_stats_record copy;
+        read_record(&records[i], &copy);
+        print_record(o, h, &copy, first_record);
+        first_record = false;
+    }
+    if (o->json)
+        printf("]}");
+    else if (atomic_load(&h->untracked))
+        printf("%-7d (%llu more sockets not shown: raise VSOCKET_STATS_MAX)\n", h->pid,
+               (unsigned long long)atomic_load(&h->untracked));
+}
+
+/* Prints every matching process once; returns how many there were. */
+static int show(const struct stat_options *o)
+{
+    DIR *d = opendir(o->dir);
+    if (!d) {
+        fprintf(stderr, "vsocket stat: cannot read %s: %s\n", o->dir, strerror(errno));
+        return -1;
+    }
+    if (o->json)
+        printf("{\"processes\":[");
+    else
+        printf("%-7s %-4s %-4s %-10s %-24s %-24s %-9s %12s %12s %9s %9s %s\n", "PID", "FD", "PROTO",
+               "STATE", "LOCAL", "PEER", "TRANSPORT", "TX_BYTES", "RX_BYTES", "TX_MSGS", "RX_MSGS",
+               "REASON");
+    int count = 0;
+    struct dirent *e;
+    size_t prefix = strlen(VS_STATS_FILE_PREFIX);
+    while ((e = readdir(d))) {
+        if (strncmp(e->d_name, VS_STATS_FILE_PREFIX, prefix) != 0)
+            continue;
+        if (o->pid && atoi(e->d_name + prefix) != o->pid)
+            continue;
+        struct segment seg;
+        if (open_segment(o, e->d_name, &seg) < 0)
+            continue;
+        print_segment(o, &seg, count == 0);
+        munmap((void *)seg.header, seg.size);
+        count++;
+    }
+    closedir(d);
+    if (o->json)
+        printf("]}\n");
+    fflush(stdout);
+    return count;
+}
+
+int cmd_stat(int argc, char **argv)
+{
+    struct stat_options o = {.dir = getenv("VSOCKET_STATS_DIR")};
+    if (!o.dir || !*o.dir)
+        o.dir = "/dev/shm";
+    int r = parse(argc, argv, &o);
+    if (r != 0)
+        return r > 0 ? VS_EXIT_OK : VS_EXIT_USAGE;
+    for (;;) {
+        if (o.watch > 0 && !o.json)
+            printf("\033[H\033[2J");
+        int count = show(&o);
+        if (count < 0)
+            return VS_EXIT_ERROR;
+        if (o.watch <= 0) {
+            if (count == 0) {
+                fprintf(stderr,
+                        "vsocket stat: no process is running with vsocket%s (looked in %s)\n",
+                        o.pid ? " under that pid" : "", o.dir);
+                return VS_EXIT_NO_PROCESS;
+            }
+            return VS_EXIT_OK;
+        }
+        usleep((useconds_t)(o.watch * 1e6));
+    }
+}

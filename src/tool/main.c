@@ -1,0 +1,75 @@
+/* main.c - `vsocket`: run programs with vsocket, show what it did, check
+ * the host. */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tool/tool.h"
+
+static void usage(FILE *out)
+{
+    fputs("usage: vsocket COMMAND [OPTIONS]\n"
+          "\n"
+          "Commands:\n"
+          "  run [OPTIONS] -- PROGRAM [ARGS...]  run PROGRAM with vsocket loaded\n"
+          "  stat [--json] [--all] [--pid PID] [--watch[=SECONDS]]\n"
+          "                                      show the sockets of running vsocket processes\n"
+          "  doctor                              show what this host offers vsocket\n"
+          "  version                             print the version\n"
+          "  help [COMMAND]                      this text, or a command's\n"
+          "\n"
+          "Exit codes: 0 success, 1 internal error, 2 usage error, 3 no vsocket process (stat),\n"
+          "4 something missing (doctor), 5 libvsocket.so not found (run), 126 program not\n"
+          "executable (run), 127 program not found (run); otherwise run exits as PROGRAM did.\n"
+          "Configuration: VSOCKET_* environment variables, see `man 7 vsocket` or\n"
+          "docs/configuration.md.\n",
+          out);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return VS_EXIT_USAGE;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "run") == 0)
+        return cmd_run(argc - 1, argv + 1);
+    if (strcmp(cmd, "stat") == 0)
+        return cmd_stat(argc - 1, argv + 1);
+    if (strcmp(cmd, "doctor") == 0)
+        return cmd_doctor(argc - 1, argv + 1);
+    if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
+        printf("vsocket %s\n", VSOCKET_VERSION);
+        return VS_EXIT_OK;
+    }
+    if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
+        if (argc > 2 && cmd[0] == 'h') {
+            char *help_argv[] = {argv[2], "--help", NULL};
+            if (strcmp(argv[2], "run") == 0)
+                return cmd_run(2, help_argv);
+            if (strcmp(argv[2], "stat") == 0)
+                return cmd_stat(2, help_argv);
+            if (strcmp(argv[2], "doctor") == 0)
+                return cmd_doctor(2, help_argv);
+        }
+        usage(stdout);
+        return VS_EXIT_OK;
+    }
+    fprintf(stderr, "vsocket: unknown command '%s'\n\n", cmd);
+    usage(stderr);
+    return VS_EXIT_USAGE;
+}
+
+int vs_tool_exe_dir(char *out, unsigned long outlen)
+{
+    ssize_t n = readlink("/proc/self/exe", out, outlen - 1);
+    if (n <= 0)
+        return -1;
+    out[n] = '\0';
+    char *slash = strrchr(out, '/');
+    if (!slash)
+        return -1;
+    *slash = '\0';
+    return 0;
+}
