@@ -49,18 +49,17 @@ static void recv_one(struct blocking_ctx *x, struct conn *c)
         return;
     uint64_t before = c->rx.msgs + c->rx.corrupt;
     while (c->rx.msgs + c->rx.corrupt == before) {
+        if (deadline_passed(x->o)) {
+            x->timed_out = true;
+            return;
+        }
         ssize_t k = recv(c->fd, x->buf, pick_read_size(&x->rng, rx_want(&c->rx)), 0);
         if (k > 0) {
             rx_feed(&c->rx, x->buf, (size_t)k);
         } else if (k == 0) {
             c->rx.eof = true;
             return;
-        } else if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) {
-            if (deadline_passed(x->o)) {
-                x->timed_out = true;
-                return;
-            }
-        } else {
+        } else if (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK) {
             fail(x, c, errno);
             return;
         }
@@ -81,10 +80,9 @@ static void drain_to_eof(struct blocking_ctx *x, struct conn *c)
             rx_feed(&c->rx, x->buf, (size_t)k);
         else if (k == 0)
             c->rx.eof = true;
-        else if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)
-            x->timed_out = deadline_passed(x->o);
-        else
+        else if (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)
             fail(x, c, errno);
+        x->timed_out = deadline_passed(x->o);
     }
 }
 

@@ -50,18 +50,17 @@ static void *receiver(void *arg)
     if (!buf)
         abort();
     for (;;) {
+        if (deadline_passed(h->o)) {
+            h->timed_out = true;
+            break;
+        }
         ssize_t k = recv(c->fd, buf, pick_read_size(&rng, READ_MAX), 0);
         if (k > 0) {
             rx_feed(&c->rx, buf, (size_t)k);
         } else if (k == 0) {
             c->rx.eof = true;
             break;
-        } else if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) {
-            if (deadline_passed(h->o)) {
-                h->timed_out = true;
-                break;
-            }
-        } else {
+        } else if (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK) {
             half_fail(h, errno);
             break;
         }

@@ -166,11 +166,16 @@ int accept_until(int lfd, uint64_t deadline_ns)
 }
 
 /* The fd must carry an SO_SNDTIMEO/SO_RCVTIMEO so that each call returns in time
- * to look at the deadline. */
+ * to look at the deadline. The deadline is checked on every round, not only on
+ * EAGAIN, because a slow but moving transfer must also stop in time. */
 int send_all(int fd, const void *p, size_t n, uint64_t deadline_ns)
 {
     const uint8_t *b = p;
     while (n > 0) {
+        if (now_ns() >= deadline_ns) {
+            errno = ETIMEDOUT;
+            return -1;
+        }
         ssize_t k = send(fd, b, n, MSG_NOSIGNAL);
         if (k > 0) {
             b += k;
@@ -179,10 +184,6 @@ int send_all(int fd, const void *p, size_t n, uint64_t deadline_ns)
         }
         if (k < 0 && errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)
             return -1;
-        if (now_ns() >= deadline_ns) {
-            errno = ETIMEDOUT;
-            return -1;
-        }
     }
     return 1;
 }
@@ -191,6 +192,10 @@ int recv_all(int fd, void *p, size_t n, uint64_t deadline_ns)
 {
     uint8_t *b = p;
     while (n > 0) {
+        if (now_ns() >= deadline_ns) {
+            errno = ETIMEDOUT;
+            return -1;
+        }
         ssize_t k = recv(fd, b, n, 0);
         if (k > 0) {
             b += k;
@@ -201,10 +206,6 @@ int recv_all(int fd, void *p, size_t n, uint64_t deadline_ns)
             return 0;
         if (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)
             return -1;
-        if (now_ns() >= deadline_ns) {
-            errno = ETIMEDOUT;
-            return -1;
-        }
     }
     return 1;
 }
