@@ -12,8 +12,19 @@
 static char *preload;   /* our LD_PRELOAD value at load, NULL when unset */
 static char **settings; /* "VSOCKET_X=value" strings set at load, NULL-terminated */
 
+static void forget_capture(void)
+{
+    for (int s = 0; settings && settings[s]; s++)
+        free(settings[s]);
+    free(settings);
+    free(preload);
+    settings = NULL;
+    preload = NULL;
+}
+
 void vs_exec_env_capture(void)
 {
+    forget_capture();
     const char *p = getenv("LD_PRELOAD");
     if (p && strstr(p, LIBRARY_NAME))
         preload = strdup(p);

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# test_cli.sh VSOCKET - the tool's messages and exit codes, and the library's
+# handling of bad configuration, as a script sees them.
+set -u
+vs=$1
+passed=0 failed=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export VSOCKET_STATS_DIR=$tmp
+
+# expect NAME CODE PATTERN -- COMMAND...: exit code CODE and PATTERN in stdout+stderr.
+expect() {
+  local name=$1 code=$2 pattern=$3
+  shift 4
+  local out rc
+  out=$("$@" 2>&1)
+  rc=$?
+  if [ "$rc" -eq "$code" ] && grep -qE -- "$pattern" <<<"$out"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    printf 'FAIL %s: exit %s (want %s), output:\n%s\n' "$name" "$rc" "$code" "$out"
+  fi
+}
+
+expect no-command 2 'usage: vsocket' -- "$vs"
+expect unknown-command 2 "unknown command 'frob'" -- "$vs" frob
+expect version 0 '^vsocket [0-9]+\.[0-9]+' -- "$vs" version
+expect help 0 'Exit codes' -- "$vs" help
+expect run-help 0 'usage: vsocket run' -- "$vs" run --help
+expect stat-help 0 'usage: vsocket stat' -- "$vs" help stat
+expect run-no-program 2 'no program given' -- "$vs" run
+expect run-no-program-dashdash 2 'no program given' -- "$vs" run --
+expect run-not-found 127 'no-such-program-xyz: command not found' -- "$vs" run -- no-such-program-xyz
+expect run-not-found-path 127 'command not found|No such file' -- "$vs" run -- /nonexistent/prog
+touch "$tmp/not-exec"
+expect run-not-executable 126 'Permission denied' -- "$vs" run -- "$tmp/not-exec"
+expect run-bad-transport 2 "unknown transport 'carrier-pigeon'" -- "$vs" run --transport=carrier-pigeon -- true
+expect run-bad-log-level 2 'accepted values: none, error' -- "$vs" run --log-level=loud -- true
+expect run-unknown-option 2 "unknown option '--frob'" -- "$vs" run --frob -- true
+expect run-exit-code 7 '' -- "$vs" run -- sh -c 'exit 7'
+expect run-missing-library 5 'VSOCKET_LIBRARY=/nonexistent' -- env VSOCKET_LIBRARY=/nonexistent/libvsocket.so "$vs" run -- true
+expect stat-none 3 'no process is running with vsocket' -- "$vs" stat
+expect stat-none-json 3 '^\{"processes":\[\]\}' -- "$vs" stat --json
+expect stat-bad-pid 2 '--pid takes a process id' -- "$vs" stat --pid abc
+expect stat-bad-watch 2 '--watch takes seconds' -- "$vs" stat --watch=0
+expect doctor-usage 2 "unknown argument" -- "$vs" doctor --frob
+out=$("$vs" doctor 2>&1); rc=$?
+if { [ $rc -eq 0 ] || [ $rc -eq 4 ]; } && grep -q 'RDMA devices:' <<<"$out" && grep -q 'transport kernel' <<<"$out"; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1)); printf 'FAIL doctor: exit %s\n%s\n' "$rc" "$out"
+fi
+
+# Bad VSOCKET_* values: a message naming the variable and accepted values,
+# and the program still runs (to completion, with its own exit code).
+expect env-bad-transports 0 "VSOCKET_TRANSPORTS='x' is invalid.*accepted values" -- env VSOCKET_TRANSPORTS=x "$vs" run -- true
+expect env-bad-level 0 "VSOCKET_LOG_LEVEL='7' is invalid" -- env VSOCKET_LOG_LEVEL=7 "$vs" run -- true
+expect env-bad-stats 0 "VSOCKET_STATS='perhaps' is invalid" -- env VSOCKET_STATS=perhaps "$vs" run -- true
+expect env-bad-max 0 "VSOCKET_STATS_MAX='-1' is invalid" -- env VSOCKET_STATS_MAX=-1 "$vs" run -- true
+expect env-bad-logfile 0 "VSOCKET_LOG_FILE='/nonexistent/x' cannot be opened" -- env VSOCKET_LOG_FILE=/nonexistent/x "$vs" run -- true
+expect env-bad-statsdir 0 "statistics disabled: cannot create" -- env VSOCKET_STATS_DIR=/nonexistent "$vs" run -- python3 -c 'import socket; socket.socket()'
+
+# exec with a scrubbed environment keeps vsocket loaded...
+expect exec-follow 0 'libvsocket\.so' -- "$vs" run -- env -i /bin/sh -c 'echo "$LD_PRELOAD"'
+# ...unless the user said not to.
+expect exec-nofollow 0 '^$' -- env VSOCKET_FOLLOW_EXEC=off "$vs" run -- env -i /bin/sh -c 'echo "$LD_PRELOAD"'
+
+# A live process shows up with its socket, transport and reason; a
+# disabled-by-config reason when the user chose the kernel.
+"$vs" run --transport=kernel -- python3 -c '
+import socket, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(); time.sleep(30)' &
+pid=$!
+for _ in $(seq 50); do "$vs" stat --pid $pid >/dev/null 2>&1 && break; sleep 0.1; done
+expect stat-live 0 "\"pid\":$pid.*\"state\":\"listening\".*\"transport\":\"kernel\",\"reason\":\"disabled-by-config\"" -- "$vs" stat --json --pid $pid
+expect stat-table 0 "^$pid +[0-9]+ +tcp +listening +127\.0\.0\.1:[0-9]+ .* kernel .* disabled-by-config" -- "$vs" stat
+kill $pid; wait $pid 2>/dev/null
+# A process that died without cleaning up leaves a file that stat removes.
+expect stat-after-exit 3 'no process' -- "$vs" stat
+[ -z "$(ls "$tmp" | grep vsocket-stats)" ] && passed=$((passed + 1)) || { failed=$((failed + 1)); echo "FAIL stale file left: $(ls "$tmp")"; }
+# A corrupt file in the directory is skipped with a message, never a crash.
+head -c 300 /dev/urandom > "$tmp/vsocket-stats.1"
+expect stat-corrupt 3 'not a statistics file' -- "$vs" stat
+
+echo "tool_cli: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
