@@ -160,8 +160,8 @@ static void poll_round(struct loop *l)
         struct conn *c = &l->c[i];
         if (c->done)
             continue;
-        l->pfd[m] = (struct pollfd){c->fd, (short)((wants_read(c) ? POLLIN : 0) |
-                                                    (wants_write(c) ? POLLOUT : 0)), 0};
+        l->pfd[m] = (struct pollfd){
+            c->fd, (short)((wants_read(c) ? POLLIN : 0) | (wants_write(c) ? POLLOUT : 0)), 0};
         l->pfd_conn[m++] = i;
     }
     int k = poll(l->pfd, (nfds_t)m, 100);
@@ -180,8 +180,14 @@ static void poll_round(struct loop *l)
 
 enum run_status engine_loop(enum mode m, struct conn *c, int n, const struct engine_opts *o)
 {
-    struct loop l = {.mode = m, .c = c, .n = n, .active = n, .epfd = -1, .o = o,
-                     .rng = {o->read_seed}, .buf = malloc(READ_MAX)};
+    struct loop l = {.mode = m,
+                     .c = c,
+                     .n = n,
+                     .active = n,
+                     .epfd = -1,
+                     .o = o,
+                     .rng = {o->read_seed},
+                     .buf = malloc(READ_MAX)};
     l.pfd = calloc((size_t)n + 1, sizeof(*l.pfd));
     l.pfd_conn = calloc((size_t)n + 1, sizeof(*l.pfd_conn));
     if (!l.buf || !l.pfd || !l.pfd_conn)

@@ -57,10 +57,23 @@ static uint64_t parse_num(const char *s, const char *what)
     if (errno || end == s || *s == '-')
         usage_exit("bad number for %s", what);
     switch (*end) {
-    case 'k': case 'K': v <<= 10; end++; break;
-    case 'm': case 'M': v <<= 20; end++; break;
-    case 'g': case 'G': v <<= 30; end++; break;
-    default: break;
+    case 'k':
+    case 'K':
+        v <<= 10;
+        end++;
+        break;
+    case 'm':
+    case 'M':
+        v <<= 20;
+        end++;
+        break;
+    case 'g':
+    case 'G':
+        v <<= 30;
+        end++;
+        break;
+    default:
+        break;
     }
     if (*end)
         usage_exit("bad number for %s", what);
@@ -91,25 +104,63 @@ static enum inject parse_inject(const char *s)
 static void parse_option(struct args *a, int opt, const char *arg)
 {
     switch (opt) {
-    case 'm': a->mode = parse_mode(arg); break;
-    case 'c': a->cfg.conns = (uint32_t)parse_num(arg, "--conns"); break;
-    case 'u': a->cfg.udp_flows = (uint32_t)parse_num(arg, "--udp-flows"); break;
-    case 'n': a->cfg.messages = parse_num(arg, "--messages"); break;
-    case 'a': a->cfg.min_size = parse_num(arg, "--min-size"); break;
-    case 'b': a->cfg.max_size = parse_num(arg, "--max-size"); break;
-    case 'd': a->cfg.udp_max_size = parse_num(arg, "--udp-max-size"); break;
-    case 's': a->seconds = strtod(arg, NULL); break;
-    case 'S': a->cfg.seed = parse_num(arg, "--seed"); a->seed_given = true; break;
-    case '6': a->ipv6 = true; break;
-    case 'q': a->quiet = true; break;
-    case 'h': a->host = arg; break;
-    case 'p': a->port = (uint16_t)parse_num(arg, "--port"); break;
-    case 'B': a->bind_addr = arg; break;
-    case 'o': a->once = true; break;
-    case 'k': a->kill_peer_after_ms = (int)parse_num(arg, "--kill-peer-after"); break;
-    case 'i': a->cfg.inject = parse_inject(arg); break;
-    case 'r': a->ready_fd = (int)parse_num(arg, "--ready-fd"); break;
-    default: usage_exit(NULL, NULL);
+    case 'm':
+        a->mode = parse_mode(arg);
+        break;
+    case 'c':
+        a->cfg.conns = (uint32_t)parse_num(arg, "--conns");
+        break;
+    case 'u':
+        a->cfg.udp_flows = (uint32_t)parse_num(arg, "--udp-flows");
+        break;
+    case 'n':
+        a->cfg.messages = parse_num(arg, "--messages");
+        break;
+    case 'a':
+        a->cfg.min_size = parse_num(arg, "--min-size");
+        break;
+    case 'b':
+        a->cfg.max_size = parse_num(arg, "--max-size");
+        break;
+    case 'd':
+        a->cfg.udp_max_size = parse_num(arg, "--udp-max-size");
+        break;
+    case 's':
+        a->seconds = strtod(arg, NULL);
+        break;
+    case 'S':
+        a->cfg.seed = parse_num(arg, "--seed");
+        a->seed_given = true;
+        break;
+    case '6':
+        a->ipv6 = true;
+        break;
+    case 'q':
+        a->quiet = true;
+        break;
+    case 'h':
+        a->host = arg;
+        break;
+    case 'p':
+        a->port = (uint16_t)parse_num(arg, "--port");
+        break;
+    case 'B':
+        a->bind_addr = arg;
+        break;
+    case 'o':
+        a->once = true;
+        break;
+    case 'k':
+        a->kill_peer_after_ms = (int)parse_num(arg, "--kill-peer-after");
+        break;
+    case 'i':
+        a->cfg.inject = parse_inject(arg);
+        break;
+    case 'r':
+        a->ready_fd = (int)parse_num(arg, "--ready-fd");
+        break;
+    default:
+        usage_exit(NULL, NULL);
     }
 }
 
@@ -138,18 +189,37 @@ static void validate(const struct args *a)
 
 static void parse_args(struct args *a, int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"mode", 1, 0, 'm'},      {"conns", 1, 0, 'c'},     {"udp-flows", 1, 0, 'u'},
-        {"messages", 1, 0, 'n'},  {"min-size", 1, 0, 'a'},  {"max-size", 1, 0, 'b'},
-        {"udp-max-size", 1, 0, 'd'}, {"seconds", 1, 0, 's'}, {"seed", 1, 0, 'S'},
-        {"ipv6", 0, 0, '6'},      {"quiet", 0, 0, 'q'},     {"host", 1, 0, 'h'},
-        {"port", 1, 0, 'p'},      {"bind", 1, 0, 'B'},      {"once", 0, 0, 'o'},
-        {"kill-peer-after", 1, 0, 'k'}, {"inject-corruption", 1, 0, 'i'},
-        {"ready-fd", 1, 0, 'r'},  {"help", 0, 0, '?'},      {0, 0, 0, 0}};
-    *a = (struct args){.role = ROLE_SELF, .mode = -1, .seconds = 60, .kill_peer_after_ms = -1,
+    static const struct option opts[] = {{"mode", 1, 0, 'm'},
+                                         {"conns", 1, 0, 'c'},
+                                         {"udp-flows", 1, 0, 'u'},
+                                         {"messages", 1, 0, 'n'},
+                                         {"min-size", 1, 0, 'a'},
+                                         {"max-size", 1, 0, 'b'},
+                                         {"udp-max-size", 1, 0, 'd'},
+                                         {"seconds", 1, 0, 's'},
+                                         {"seed", 1, 0, 'S'},
+                                         {"ipv6", 0, 0, '6'},
+                                         {"quiet", 0, 0, 'q'},
+                                         {"host", 1, 0, 'h'},
+                                         {"port", 1, 0, 'p'},
+                                         {"bind", 1, 0, 'B'},
+                                         {"once", 0, 0, 'o'},
+                                         {"kill-peer-after", 1, 0, 'k'},
+                                         {"inject-corruption", 1, 0, 'i'},
+                                         {"ready-fd", 1, 0, 'r'},
+                                         {"help", 0, 0, '?'},
+                                         {0, 0, 0, 0}};
+    *a = (struct args){.role = ROLE_SELF,
+                       .mode = -1,
+                       .seconds = 60,
+                       .kill_peer_after_ms = -1,
                        .ready_fd = -1,
-                       .cfg = {.conns = 4, .udp_flows = 2, .messages = 50, .min_size = 1,
-                               .max_size = 4 << 20, .udp_max_size = 8192}};
+                       .cfg = {.conns = 4,
+                               .udp_flows = 2,
+                               .messages = 50,
+                               .min_size = 1,
+                               .max_size = 4 << 20,
+                               .udp_max_size = 8192}};
     int first = 1;
     if (argc > 1 && !strcmp(argv[1], "server"))
         a->role = ROLE_SERVER, first = 2;
@@ -275,10 +345,9 @@ static void print_side(const char *who, const struct side_result *s, uint32_t co
     printf("  %s received: conns_ok=%llu/%u bytes=%llu msgs=%llu lost=%llu corrupt=%llu "
            "(bytes %llu) reordered=%llu peer_gone=%llu errors=%llu\n",
            who, (unsigned long long)s->conns_ok, conns, (unsigned long long)s->bytes,
-           (unsigned long long)s->msgs, (unsigned long long)s->lost,
-           (unsigned long long)s->corrupt, (unsigned long long)s->corrupt_bytes,
-           (unsigned long long)s->reordered, (unsigned long long)s->peer_gone,
-           (unsigned long long)s->errors);
+           (unsigned long long)s->msgs, (unsigned long long)s->lost, (unsigned long long)s->corrupt,
+           (unsigned long long)s->corrupt_bytes, (unsigned long long)s->reordered,
+           (unsigned long long)s->peer_gone, (unsigned long long)s->errors);
 }
 
 static void report(const struct args *a, enum mode m, const struct client_report *r, double secs)
@@ -313,8 +382,9 @@ static void report(const struct args *a, enum mode m, const struct client_report
            (unsigned long long)r->udp.lost,
            (unsigned long long)(r->udp.corrupt + r->server_udp_corrupt),
            r->peer_killed ? " peer=killed" : "",
-           r->status == EXIT_SETUP && r->why && strstr(r->why, "time-out") ? "TIMEOUT"
-                                                                            : result_word(r->status));
+           r->status == EXIT_SETUP && r->why && strstr(r->why, "time-out")
+               ? "TIMEOUT"
+               : result_word(r->status));
     fflush(stdout);
 }
 

@@ -151,14 +151,15 @@ static int setup_fail(struct client_report *r, const char *why)
 static int client_handshake(const struct config *cfg, const struct client_opts *o, int ctl,
                             uint64_t tag, struct client_report *r, pid_t *server_pid)
 {
-    uint64_t w[CFG_WORDS] = {CTL_CFG,          CTL_VERSION,   tag,           cfg->mode,
-                             cfg->conns,       cfg->udp_flows, cfg->messages, cfg->min_size,
-                             cfg->max_size,    cfg->udp_max_size, cfg->seed, cfg->timeout_ms,
+    uint64_t w[CFG_WORDS] = {CTL_CFG,       CTL_VERSION,       tag,           cfg->mode,
+                             cfg->conns,    cfg->udp_flows,    cfg->messages, cfg->min_size,
+                             cfg->max_size, cfg->udp_max_size, cfg->seed,     cfg->timeout_ms,
                              cfg->inject};
     uint64_t ack[2];
     if (send_words(ctl, w, CFG_WORDS, o->deadline_ns) < 0 ||
         recv_words(ctl, ack, 2, CTL_ACK, o->deadline_ns) != 1)
-        return setup_fail(r, "the server did not accept the run (no ACK on the control connection)");
+        return setup_fail(r,
+                          "the server did not accept the run (no ACK on the control connection)");
     *server_pid = (pid_t)ack[1];
     return 0;
 }
@@ -210,8 +211,8 @@ static void client_finish(const struct config *cfg, struct client_report *r)
                               : "time-out: the server gave up on the run";
         return;
     }
-    bool bad = c->corrupt || s->corrupt || c->reordered || s->reordered || c->errors ||
-               s->errors || r->udp.corrupt || r->server_udp_corrupt;
+    bool bad = c->corrupt || s->corrupt || c->reordered || s->reordered || c->errors || s->errors ||
+               r->udp.corrupt || r->server_udp_corrupt;
     if (!r->peer_killed)
         bad = bad || c->lost || s->lost || c->conns_ok < cfg->conns || s->conns_ok < cfg->conns;
     r->status = bad ? EXIT_DATA : EXIT_PASS;
@@ -271,13 +272,19 @@ void client_run(const struct config *cfg, const struct client_opts *o, struct cl
 static bool cfg_decode(const uint64_t *w, struct config *cfg, uint64_t *tag)
 {
     *tag = w[2];
-    *cfg = (struct config){.mode = (enum mode)w[3], .conns = (uint32_t)w[4],
-                           .udp_flows = (uint32_t)w[5], .messages = w[6], .min_size = w[7],
-                           .max_size = w[8], .udp_max_size = w[9], .seed = w[10],
-                           .timeout_ms = w[11], .inject = (enum inject)w[12]};
+    *cfg = (struct config){.mode = (enum mode)w[3],
+                           .conns = (uint32_t)w[4],
+                           .udp_flows = (uint32_t)w[5],
+                           .messages = w[6],
+                           .min_size = w[7],
+                           .max_size = w[8],
+                           .udp_max_size = w[9],
+                           .seed = w[10],
+                           .timeout_ms = w[11],
+                           .inject = (enum inject)w[12]};
     return w[1] == CTL_VERSION && w[3] < MODE_COUNT && cfg->conns >= 1 && cfg->conns <= 4096 &&
-           cfg->min_size >= 1 && cfg->min_size <= cfg->max_size &&
-           cfg->max_size <= (1ULL << 30) && cfg->messages <= (1ULL << 32);
+           cfg->min_size >= 1 && cfg->min_size <= cfg->max_size && cfg->max_size <= (1ULL << 30) &&
+           cfg->messages <= (1ULL << 32);
 }
 
 /* Accept the data connections; stray ones (wrong tag) are closed and ignored. */
@@ -320,11 +327,11 @@ static void server_report(const struct server_opts *o, const struct config *cfg,
            "corrupt=%llu reordered=%llu peer_gone=%llu errors=%llu udp_received=%llu "
            "udp_corrupt=%llu%s\n",
            mode_name(cfg->mode), cfg->conns, (unsigned long long)s->conns_ok,
-           (unsigned long long)s->bytes, (unsigned long long)s->msgs,
-           (unsigned long long)s->lost, (unsigned long long)s->corrupt,
-           (unsigned long long)s->reordered, (unsigned long long)s->peer_gone,
-           (unsigned long long)s->errors, (unsigned long long)u->received,
-           (unsigned long long)u->corrupt, s->timed_out ? " TIMEOUT" : "");
+           (unsigned long long)s->bytes, (unsigned long long)s->msgs, (unsigned long long)s->lost,
+           (unsigned long long)s->corrupt, (unsigned long long)s->reordered,
+           (unsigned long long)s->peer_gone, (unsigned long long)s->errors,
+           (unsigned long long)u->received, (unsigned long long)u->corrupt,
+           s->timed_out ? " TIMEOUT" : "");
     fflush(stdout);
 }
 
@@ -380,9 +387,10 @@ static int serve_one(int lfd, int ufd, const struct server_opts *o)
     atomic_store(&us.stop, true);
     pthread_join(ut, NULL);
 
-    uint64_t r[RESULT_WORDS] = {CTL_RESULT,  s.conns_ok,  s.bytes,     s.msgs,   s.lost,
-                                s.corrupt,   s.reordered, s.corrupt_bytes, s.peer_gone,
-                                s.errors,    s.timed_out, us.res.received, us.res.corrupt};
+    uint64_t r[RESULT_WORDS] = {CTL_RESULT,    s.conns_ok, s.bytes,     s.msgs,
+                                s.lost,        s.corrupt,  s.reordered, s.corrupt_bytes,
+                                s.peer_gone,   s.errors,   s.timed_out, us.res.received,
+                                us.res.corrupt};
     if (client_done)
         send_words(ctl, r, RESULT_WORDS, deadline);
     close(ctl);

@@ -84,8 +84,8 @@ void fill_payload(uint8_t *p, size_t n, uint64_t seed, uint64_t stream, uint64_t
 struct tx_stream {
     const struct config *cfg;
     uint64_t stream;
-    uint64_t next;    /* index into the send order */
-    uint8_t *buf;     /* header + payload of the current message */
+    uint64_t next; /* index into the send order */
+    uint8_t *buf;  /* header + payload of the current message */
     size_t cap, len, off;
     uint64_t bytes;   /* bytes handed to the kernel */
     bool inject_here; /* this stream carries the --inject-corruption fault */
@@ -199,12 +199,12 @@ struct client_opts {
 
 struct client_report {
     struct side_result client, server;
-    bool have_server;    /* the server's numbers arrived over the control connection */
-    bool peer_killed;    /* we killed the server during the run */
+    bool have_server; /* the server's numbers arrived over the control connection */
+    bool peer_killed; /* we killed the server during the run */
     struct udp_result udp;
     uint64_t server_udp_corrupt;
-    int status;          /* exit code */
-    const char *why;     /* message for a setup failure or time-out */
+    int status;      /* exit code */
+    const char *why; /* message for a setup failure or time-out */
 };
 
 void client_run(const struct config *cfg, const struct client_opts *o, struct client_report *r);

@@ -12,13 +12,13 @@
 
 #define UDP_BUF 65536
 #define UDP_WAIT_NS (200 * 1000000ULL) /* an echo later than this counts as lost */
-#define UDP_GIVE_UP 5                   /* consecutive time-outs before a flow is dead */
+#define UDP_GIVE_UP 5                  /* consecutive time-outs before a flow is dead */
 
 struct flow {
     int fd;
     uint64_t stream;
-    uint64_t next;        /* next sequence number to send */
-    bool waiting;         /* one datagram is in flight */
+    uint64_t next; /* next sequence number to send */
+    bool waiting;  /* one datagram is in flight */
     uint64_t sent_at;
     int timeouts_in_row;
     bool dead;

@@ -1,0 +1,62 @@
+/* vsocket-sweep: latency / bandwidth sweep over message sizes.
+ *
+ * Deliberately plain socket usage (socket(AF_INET, SOCK_STREAM, 0), blocking
+ * read/write, no SOCK_* flags, almost no options) so that it also runs under
+ * rsocket's librspreload.so, which supports only a subset of the socket API.
+ *
+ *   net.c     connect/listen and full-length read/write
+ *   server.c  the server (TCP pingpong echo, TCP stream sink, UDP echo)
+ *   client.c  the measurements
+ *   main.c    command line and output
+ */
+#ifndef VSOCKET_SWEEP_H
+#define VSOCKET_SWEEP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+enum { EXIT_OK = 0, EXIT_USAGE = 2, EXIT_CONNECT = 3 };
+
+enum test { TEST_PINGPONG = 1, TEST_STREAM = 2 };
+
+/* Control request, sent by the client at the start of every TCP connection:
+ * REQ_WORDS little-endian u64: magic, test, size. The server answers with one
+ * u64 (REQ_MAGIC) before the test starts; after a stream test it sends back
+ * STREAM_REPLY_WORDS u64: bytes received and nanoseconds from first byte to EOF. */
+#define REQ_MAGIC 0x7673776565703031ULL /* "vsweep01" */
+#define REQ_WORDS 3
+#define STREAM_REPLY_WORDS 2
+#define UDP_MAX_PAYLOAD 65507
+
+uint64_t now_ns(void);
+void put_u64(uint8_t *p, uint64_t v);
+uint64_t get_u64(const uint8_t *p);
+int resolve(const char *host, uint16_t port, int socktype, bool passive,
+            struct sockaddr_storage *ss, socklen_t *len);
+void set_nodelay(int fd);
+int write_full(int fd, const void *p, size_t n);
+int read_full(int fd, void *p, size_t n); /* 1 ok, 0 EOF before n, -1 error */
+
+struct server_opts {
+    const char *bind_addr;
+    uint16_t port;
+    bool udp, once;
+};
+int server_main(const struct server_opts *o);
+
+struct client_opts {
+    const char *host;
+    uint16_t port;
+    enum test test;
+    bool udp, json;
+    uint64_t iters; /* 0: not given */
+    double seconds; /* per size */
+    uint64_t warmup;
+    size_t *sizes;
+    int nsizes;
+};
+int client_main(const struct client_opts *o);
+
+#endif
