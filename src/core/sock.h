@@ -62,24 +62,26 @@ static inline void vs_sock_ref(struct vs_sock *s)
 void vs_sock_set_state(struct vs_sock *s, int fd, enum vs_sock_state state);
 void vs_sock_refresh_addrs(struct vs_sock *s, int fd);
 
-/* Counting after a data call returned N; also notices a non-blocking
- * connect that completed. */
+/* Counting after a data call returned N; the first bytes to move also
+ * complete a non-blocking connect. */
 void vs_sock_connected_late(struct vs_sock *s, int fd);
-static inline void vs_sock_count_tx(struct vs_sock *s, int fd, long n, unsigned msgs)
+static inline bool vs_sock_moved(struct vs_sock *s, int fd, long n)
 {
     if (n <= 0)
-        return;
+        return false;
     if (atomic_load_explicit(&s->state, memory_order_relaxed) == VS_STATE_CONNECTING)
         vs_sock_connected_late(s, fd);
-    vs_stats_count_tx(s->stat, (size_t)n, msgs);
+    return true;
+}
+static inline void vs_sock_count_tx(struct vs_sock *s, int fd, long n, unsigned msgs)
+{
+    if (vs_sock_moved(s, fd, n))
+        vs_stats_count_tx(s->stat, (size_t)n, msgs);
 }
 static inline void vs_sock_count_rx(struct vs_sock *s, int fd, long n, unsigned msgs)
 {
-    if (n <= 0)
-        return;
-    if (atomic_load_explicit(&s->state, memory_order_relaxed) == VS_STATE_CONNECTING)
-        vs_sock_connected_late(s, fd);
-    vs_stats_count_rx(s->stat, (size_t)n, msgs);
+    if (vs_sock_moved(s, fd, n))
+        vs_stats_count_rx(s->stat, (size_t)n, msgs);
 }
 
 /* Whether vsocket tracks sockets of this domain and type at all. */

@@ -91,8 +91,12 @@ static int open_segment(const struct stat_options *o, const char *file, struct s
     char path[PATH_MAX];
     snprintf(path, sizeof(path), "%s/%s", o->dir, file);
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0)
+    if (fd < 0) {
+        if (errno == EACCES)
+            fprintf(stderr, "vsocket stat: %s belongs to another user: run as that user or root\n",
+                    path);
         return -1;
+    }
     struct stat st;
     if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
         (size_t)st.st_size < sizeof(struct vs_stats_header)) {
