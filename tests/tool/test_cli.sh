@@ -76,6 +76,22 @@ for _ in $(seq 50); do "$vs" stat --pid $pid >/dev/null 2>&1 && break; sleep 0.1
 expect stat-live 0 "\"pid\":$pid.*\"state\":\"listening\".*\"transport\":\"kernel\",\"reason\":\"disabled-by-config\"" -- "$vs" stat --json --pid $pid
 expect stat-table 0 "^$pid +[0-9]+ +tcp +listening +127\.0\.0\.1:[0-9]+ .* kernel .* disabled-by-config" -- "$vs" stat
 kill $pid; wait $pid 2>/dev/null
+# exec: a listening socket inherited by a new image is adopted on first use,
+# with its state read from the kernel.
+"$vs" run -- python3 -c '
+import os, socket, sys
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(); s.set_inheritable(True)
+os.execv(sys.executable, [sys.executable, "-c", """
+import socket, time
+s = socket.socket(fileno=%d); s.setblocking(False)
+try: s.accept()
+except BlockingIOError: pass
+time.sleep(30)""" % s.fileno()])' &
+pid=$!
+for _ in $(seq 50); do "$vs" stat --pid $pid 2>/dev/null | grep -q listening && break; sleep 0.1; done
+expect exec-adopt 0 "\"pid\":$pid.*\"state\":\"listening\",\"local\":\"127\.0\.0\.1:[0-9]+\"" -- "$vs" stat --json --pid $pid
+kill $pid; wait $pid 2>/dev/null
+
 # A process that died without cleaning up leaves a file that stat removes.
 expect stat-after-exit 3 'no process' -- "$vs" stat
 [ -z "$(ls "$tmp" | grep vsocket-stats)" ] && passed=$((passed + 1)) || { failed=$((failed + 1)); echo "FAIL stale file left: $(ls "$tmp")"; }
