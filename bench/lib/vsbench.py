@@ -307,6 +307,24 @@ def transport_summary(socks: Iterable[dict], proto: Optional[str] = None) -> str
 # --------------------------------------------------------------------------
 # statistics
 
+def cpu_times() -> List[int]:
+    """The aggregate `cpu` line of /proc/stat (user nice system idle iowait irq softirq steal ...)."""
+    try:
+        return [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    except (OSError, ValueError, IndexError):
+        return []
+
+
+def busy_steal(before: List[int], after: List[int]) -> str:
+    """'busy 63 %, steal 12 %' of all CPUs between two cpu_times() samples."""
+    if len(before) < 8 or len(after) < 8:
+        return "cpu times unavailable"
+    d = [b - a for a, b in zip(before, after)]
+    total = sum(d[:8]) or 1
+    idle = d[3] + d[4]
+    return f"CPU busy {100 * (total - idle - d[7]) / total:.0f} %, steal {100 * d[7] / total:.0f} %"
+
+
 def quantile(xs: Sequence[float], q: float) -> float:
     s = sorted(xs)
     if not s:
@@ -448,14 +466,14 @@ def iperf3_tcp(procs: Procs, runner: Runner, seconds: float = 3, tool: Optional[
                omit: int = 1) -> dict:
     ip = require("iperf3")
     port = free_port()
-    srv = procs.start("iperf3 server", [ip, "-s", "-1", "-B", "127.0.0.1", "-p", port], runner)
+    # not -1 (one-off): the server must outlive the test for `vsocket stat`
+    srv = procs.start("iperf3 server", [ip, "-s", "-B", "127.0.0.1", "-p", port], runner)
     try:
         wait_listening(port, "tcp", srv)
         cli = procs.run("iperf3 client", [ip, "-c", "127.0.0.1", "-p", port, "-t", seconds,
                                            "-O", omit, "-J"], runner, timeout=seconds + omit + 30)
         res = parse_iperf3(cli.stdout())
-        if runner.preloaded and tool is not None and srv.alive():
-            res["stat"] = _server_stat(tool, runner, srv, "tcp")
+        res["stat"] = _server_stat(tool, runner, srv, "tcp")
         return res
     finally:
         srv.stop(signal.SIGTERM)
