@@ -204,7 +204,7 @@ static void test_eof_and_epipe(void)
         CHECK(0);
         return;
     }
-    unsigned char buf[3000] = {1, 2, 3};
+    unsigned char buf[4096] = {1, 2, 3};
     struct vs_wait_opts now = {.timeout_ns = 0, .watch_fd = -1};
     CHECK_EQ(write1(&p, buf, 3000), 3000);
     vs_ring_close_writer(&p);
@@ -334,7 +334,7 @@ static void stream_threads(uint64_t capacity, uint64_t limit, long spin_ns, cons
 
 static void test_stream_threads(void)
 {
-    stream_threads(256 << 10, stream_bytes(), VS_WAIT_SPIN_NS_DEFAULT, "1 GiB, 256 KiB ring");
+    stream_threads(256 << 10, stream_bytes(), VS_WAIT_SPIN_NS_DEFAULT, "256 KiB ring");
     /* A small ring and no spinning: nearly every wait sleeps. */
     stream_threads(4096, stream_bytes() / 64, 0, "small ring, sleeping");
 }
@@ -346,7 +346,7 @@ static int send_fd(int sock, int fd)
     union {
         struct cmsghdr h;
         char buf[CMSG_SPACE(sizeof(int))];
-    } u;
+    } u = {0}; /* the padding goes to the kernel too */
     struct msghdr m = {
         .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf)};
     struct cmsghdr *h = CMSG_FIRSTHDR(&m);
@@ -394,6 +394,7 @@ static void test_stream_processes(void)
 {
     int sv[2];
     CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    fflush(stdout); /* or the child's copy of the buffer may print too */
     pid_t pid = fork();
     if (pid == 0) {
         close(sv[0]);
