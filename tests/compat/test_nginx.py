@@ -2,11 +2,13 @@
 
 import os
 import re
+import subprocess
+import sys
 import time
 
 import pytest
 
-from conftest import (T, check_kernel_sockets, dump_stat, find_sockets, finish_comparison,
+from conftest import (BASELINE_ONLY, BUILD_DIR, PROGS, SANITIZER_BUILD, T, check_kernel_sockets, dump_stat, find_sockets, finish_comparison,
                       free_port, make_random_file, process_tree, require_program, run_cmd,
                       run_sampled, sha256_file, stat_for_tree)
 
@@ -76,9 +78,43 @@ def wait_workers(srv, master_pid_file, timeout=15):
     pytest.fail(f"nginx did not start {WORKERS} workers\n{srv.describe()}", pytrace=False)
 
 
-def run_nginx(runner, servers, tmp_path, sendfile):
-    nginx = require_program("nginx")
+def fetch_curl(runner, tmp_path, base):
+    """curl: both files on one keep-alive connection, the big one again over
+    HTTP/1.0, and a 404.  Returns ({path: (status, length, sha256)}, connections)."""
     curl = require_program("curl")
+    out = tmp_path / f"curl-{runner.name}"
+    out.mkdir()
+    res = run_cmd([curl, "-sS", "--fail", "-w", "%{http_code} %{size_download}\\n",
+                   "-o", out / "blob.bin", f"{base}/blob.bin",
+                   "-o", out / "index.html", f"{base}/index.html"], runner, timeout=60)
+    codes = res.stdout.split()
+    got = {"/blob.bin": (codes[0], codes[1], sha256_file(out / "blob.bin")),
+           "/index.html": (codes[2], codes[3], sha256_file(out / "index.html"))}
+    res = run_cmd([curl, "-sS", "--fail", "--http1.0", "-o", out / "blob2.bin", f"{base}/blob.bin"],
+                  runner, timeout=60)
+    assert sha256_file(out / "blob2.bin") == got["/blob.bin"][2], f"[{runner}] 2nd download differs"
+    res = run_cmd([curl, "-sS", "-o", os.devnull, "-w", "%{http_code}", f"{base}/missing"],
+                  runner, timeout=30)
+    got["/missing"] = (res.stdout.strip(),)
+    return got, 3
+
+
+def fetch_python(runner, tmp_path, base):
+    """progs/http_get.py: blob, page and a 404, twice, on one keep-alive connection."""
+    port = base.rsplit(":", 1)[1]
+    res = run_cmd([sys.executable, PROGS / "http_get.py", "--port", port, "--repeat", "2",
+                   "/blob.bin", "/index.html", "/missing"], runner, timeout=60)
+    lines = [ln.split() for ln in res.stdout.splitlines()]
+    assert len(lines) == 6, res.describe()
+    got = {}
+    for path, status, length, digest in lines:
+        entry = (status, length, digest) if status == "200" else (status,)
+        assert got.setdefault(path, entry) == entry, f"[{runner}] {path}: two different responses"
+    return got, 1
+
+
+def run_nginx(runner, servers, tmp_path, sendfile, client):
+    nginx = require_program("nginx")
     wrk = require_program("wrk")
     port = free_port()
     d = tmp_path / f"nginx-{runner.name}"
@@ -88,37 +124,31 @@ def run_nginx(runner, servers, tmp_path, sendfile):
     master, workers = wait_workers(srv, d / "nginx.pid")
     base = f"http://127.0.0.1:{port}"
 
-    # curl: both files on one keep-alive connection, then the big one again alone
-    out = tmp_path / f"curl-{runner.name}"
-    out.mkdir()
-    res = run_cmd([curl, "-sS", "--fail", "-w", "%{http_code} %{size_download}\\n",
-                   "-o", out / "blob.bin", f"{base}/blob.bin",
-                   "-o", out / "index.html", f"{base}/index.html"], runner, timeout=60)
-    codes = res.stdout.split()
-    assert codes == ["200", str((d / "www" / "blob.bin").stat().st_size),
-                     "200", str((d / "www" / "index.html").stat().st_size)], res.describe()
-    got = {name: sha256_file(out / name) for name in digests}
-    assert got == digests, f"[{runner}] curl got different content"
-    res = run_cmd([curl, "-sS", "--fail", "--http1.0", "-o", out / "blob2.bin", f"{base}/blob.bin"],
-                  runner, timeout=60)
-    assert sha256_file(out / "blob2.bin") == digests["blob.bin"]
-    res = run_cmd([curl, "-sS", "-o", os.devnull, "-w", "%{http_code}", f"{base}/missing"],
-                  runner, timeout=30)
-    assert res.stdout.strip() == "404", res.describe()
+    fetch = fetch_curl if client == "curl" else fetch_python
+    got, client_conns = fetch(runner, tmp_path, base)
+    expect = {f"/{name}": ("200", str((d / "www" / name).stat().st_size), digest)
+              for name, digest in digests.items()}
+    expect["/missing"] = ("404",)
+    assert got == expect, f"[{runner}] {client} got:\n{got}\nexpected:\n{expect}"
 
-    # wrk: 2 threads, 8 connections, 2 s
-    res, sampler = run_sampled([wrk, "-t", "2", "-c", "8", "-d", "2s", f"{base}/index.html"],
-                               runner, timeout=60)
-    m = WRK_REQS.search(res.stdout)
-    assert m, res.describe()
-    wrk_requests = int(m.group(1))
-    assert wrk_requests > 0
-    assert "Socket errors" not in res.stdout, f"[{runner}] wrk socket errors\n{res.describe()}"
-    assert "Non-2xx" not in res.stdout, f"[{runner}] wrk non-2xx responses\n{res.describe()}"
+    wrk_requests = 0
+    sampler = None
+    if client == "python":
+        # wrk: 2 threads, 8 connections, 2 s
+        res, sampler = run_sampled([wrk, "-t", "2", "-c", "8", "-d", "2s", f"{base}/index.html"],
+                                   runner, timeout=60)
+        m = WRK_REQS.search(res.stdout)
+        assert m, res.describe()
+        wrk_requests = int(m.group(1))
+        assert wrk_requests > 0
+        assert "Socket errors" not in res.stdout, f"[{runner}] wrk socket errors\n{res.describe()}"
+        assert "Non-2xx" not in res.stdout, f"[{runner}] wrk non-2xx responses\n{res.describe()}"
+        client_conns += 8
 
     if runner.preloaded:
-        assert not sampler.errors, sampler.errors[:3]
-        check_kernel_sockets(sampler.merged(), "wrk")
+        if sampler:
+            assert not sampler.errors, sampler.errors[:3]
+            check_kernel_sockets(sampler.merged(), "wrk")
         procs = stat_for_tree(runner.vsocket, srv.pid)
         socks = check_kernel_sockets(procs, "nginx")
         assert master in procs, f"nginx master {master} not in vsocket stat:\n{dump_stat(procs)}"
@@ -132,11 +162,11 @@ def run_nginx(runner, servers, tmp_path, sendfile):
         assert find_sockets(procs[master]["sockets"], proto="tcp", state="listening", port=port)
         accepted = [s for s in socks if s["_pid"] in workers and s.get("peer")
                     and s.get("proto") == "tcp"]
-        # curl made 3 connections, wrk 8
-        assert len(accepted) >= 11, f"workers' accepted connections:\n{dump_stat(procs)}"
+        assert len(accepted) >= client_conns, \
+            f"workers' accepted connections (expected >= {client_conns}):\n{dump_stat(procs)}"
         blob_size = (d / "www" / "blob.bin").stat().st_size
         sent = sum(s["tx_bytes"] for s in accepted)
-        assert sent >= 2 * blob_size, (f"workers' stat counts {sent} bytes sent, curl alone "
+        assert sent >= 2 * blob_size, (f"workers' stat counts {sent} bytes sent, the client alone "
                                        f"received {2 * blob_size}:\n{dump_stat(procs)}")
 
     srv.stop()
@@ -151,22 +181,72 @@ def run_nginx(runner, servers, tmp_path, sendfile):
     assert not re.search(r"exited on signal", log), log[-3000:]
     access = (d / "access.log").read_text(errors="replace").splitlines()
     ok_index = sum(1 for ln in access if '"GET /index.html HTTP/1.1" 200' in ln)
-    # every request wrk counted was logged (plus curl's one and any in flight at wrk's end)
+    # every request wrk counted was logged (plus the client's and any in flight at wrk's end)
     assert ok_index >= wrk_requests + 1, f"[{runner}] access.log has {ok_index} index.html 200s, " \
                                          f"wrk counted {wrk_requests}"
     assert not [ln for ln in access if '" 200 ' not in ln and "/missing" not in ln], \
         f"[{runner}] unexpected statuses in access.log"
-    return {"digests": got, "codes": codes}
+    return got
 
 
-@pytest.mark.parametrize("sendfile", ["on", "off"], ids=["sendfile-on", "sendfile-off"])
+SENDFILE = pytest.mark.parametrize("sendfile", ["on", "off"], ids=["sendfile-on", "sendfile-off"])
+
+
+@SENDFILE
 def test_nginx(sendfile, runners, servers, tmp_path):
-    """nginx master + 2 epoll workers: curl downloads (4 MB random file and an
-    HTML page, keep-alive and HTTP/1.0) have the right sha256, a 404 is a 404,
-    wrk gets only 2xx and no socket errors, every wrk request is in the access
-    log, the workers exit with code 0; with vsocket the master and both
-    workers are in vsocket stat with the inherited listening socket and the
-    workers hold the accepted connections."""
-    results = {r.name: run_nginx(r, servers, tmp_path, sendfile) for r in runners}
+    """nginx master + 2 epoll workers: a Python keep-alive client downloads a
+    4 MB random file and a page (right status, length, sha256) and gets a 404;
+    wrk gets only 2xx and no socket errors; every wrk request is in the
+    access log; the workers exit with code 0.  With vsocket, the master and
+    both workers are in vsocket stat with the inherited listening socket, and
+    the workers hold the accepted connections."""
+    results = {r.name: run_nginx(r, servers, tmp_path, sendfile, "python") for r in runners}
     finish_comparison(results)
     assert results["plain"] == results["vsocket"]
+
+
+@SENDFILE
+def test_nginx_curl(sendfile, runners, servers, tmp_path, curl_under_vsocket_problem):
+    """curl fetches the 4 MB file and the page on one keep-alive connection,
+    the file again over HTTP/1.0, and a 404: same status, length and sha256
+    with and without vsocket (same nginx checks as test_nginx)."""
+    results = {}
+    for r in runners:
+        if r.preloaded and curl_under_vsocket_problem:
+            pytest.xfail(curl_under_vsocket_problem)
+        results[r.name] = run_nginx(r, servers, tmp_path, sendfile, "curl")
+    finish_comparison(results)
+    assert results["plain"] == results["vsocket"]
+
+
+@pytest.fixture(scope="session")
+def curl_under_vsocket_problem():
+    """None, or why curl cannot run under `vsocket run` in this build.
+    Sanitizer builds preload the ASan runtime into curl, and Debian 12's curl
+    deadlocks at startup in setlocale() with the bare ASan runtime preloaded,
+    without libvsocket at all; that is probed here, not assumed."""
+    if not SANITIZER_BUILD or BASELINE_ONLY:
+        return None
+    curl = require_program("curl")
+    vs = BUILD_DIR / "bin" / "vsocket"
+    if _hangs([str(vs), "run", "--", curl, "--version"], {}) is False:
+        return None
+    asan = subprocess.run(["gcc", "-print-file-name=libasan.so"], capture_output=True,
+                          text=True).stdout.strip()
+    env = dict(os.environ, LD_PRELOAD=asan, ASAN_OPTIONS="detect_leaks=0:verify_asan_link_order=0")
+    if asan and _hangs([curl, "--version"], env):
+        return (f"curl hangs under the sanitizer build, and also with only the ASan runtime "
+                f"preloaded (no libvsocket): LD_PRELOAD={asan} curl --version")
+    return None  # hangs only with vsocket: let the test run and fail
+
+
+def _hangs(cmd, env) -> bool:
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         env=env or None, start_new_session=True)
+    try:
+        p.wait(timeout=8)
+        return False
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, 9)
+        p.wait()
+        return True

@@ -1,7 +1,9 @@
 """Python stdlib (socket + selectors) echo server and client, separate processes."""
 
+import dataclasses
 import re
 import signal
+import socket
 import sys
 
 import pytest
@@ -30,7 +32,7 @@ def kv(line: str) -> dict:
 
 
 def run_echo(runner, servers, host, proto, client_args, seed=7):
-    family = __import__("socket").AF_INET6 if ":" in host else __import__("socket").AF_INET
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
     port = free_port(family=family)
     srv = servers.start("echo_server", [PY, PROGS / "echo_server.py", "--host", host,
                                         "--port", port, "--proto", "both"],
@@ -49,8 +51,8 @@ def run_echo(runner, servers, host, proto, client_args, seed=7):
 
     stat_socks = None
     if runner.preloaded:
-        procs, socks = check_server_stat(srv, port, proto=proto, comm=None)
-        stat_socks = socks
+        procs, stat_socks = check_server_stat(srv, port, proto=proto)
+        assert any(p.get("comm", "").startswith("python") for p in procs.values()), dump_stat(procs)
     rc = srv.stop(signal.SIGTERM)
     assert rc == 0, f"[{runner}] echo_server exit code {rc}\n{srv.describe()}"
     srv.check_output_clean()
@@ -124,7 +126,6 @@ def test_python_echo_stat_counters(proto, vsocket_runner, servers):
 def test_stat_reason_disabled_by_config(vsocket_runner, servers):
     """With `vsocket run --transport=kernel` every socket's reason is
     disabled-by-config (the echo still works)."""
-    import dataclasses
     runner = dataclasses.replace(vsocket_runner, transport="kernel")
     port = free_port()
     srv = servers.start("echo_server", [PY, PROGS / "echo_server.py", "--port", port,
