@@ -14,6 +14,7 @@
 #define RING_VERSION 1u
 #define HEADER_SIZE 4096u /* the data starts on its own page */
 #define RING_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+#define GUARD_SIZE 4096u
 
 /* The shared header. Each side writes only its own cache lines, so a write
  * by one never invalidates a line the other is polling, apart from the
@@ -62,11 +63,19 @@ static void close_fd(int fd)
     syscall(SYS_close, fd);
 }
 
+/* The ring is mapped in front of an inaccessible guard page: should a bug
+ * ever let a copy run past the end of the ring, it faults at once instead of
+ * reading or writing whatever mapping happens to follow. */
 static int map_ring(struct vs_ring *r, int fd, size_t size, enum vs_ring_role role)
 {
-    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    void *p = mmap(NULL, size + GUARD_SIZE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED)
         return -errno;
+    if (mmap(p, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
+        int err = errno;
+        munmap(p, size + GUARD_SIZE);
+        return -err;
+    }
     r->sh = p;
     r->data = (unsigned char *)p + HEADER_SIZE;
     r->map_size = size;
@@ -152,7 +161,7 @@ int vs_ring_attach(struct vs_ring *r, int fd, enum vs_ring_role role)
         return rc;
     rc = check_header(r);
     if (rc < 0) {
-        munmap(r->sh, r->map_size);
+        munmap(r->sh, r->map_size + GUARD_SIZE);
         r->sh = NULL;
     }
     return rc;
@@ -169,7 +178,7 @@ void vs_ring_destroy(struct vs_ring *r)
 {
     vs_ring_close_fd(r);
     if (r->sh)
-        munmap(r->sh, r->map_size);
+        munmap(r->sh, r->map_size + GUARD_SIZE);
     r->sh = NULL;
 }
 

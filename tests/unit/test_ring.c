@@ -643,22 +643,23 @@ static void test_wild_cursors(void)
         CHECK(0);
         return;
     }
-    unsigned char *out = malloc(4096);
+    /* Larger than the ring: an unchecked cursor would copy past its end. */
+    unsigned char *out = malloc(3 * 4096);
     struct vs_wait_opts now = {.timeout_ns = 0, .watch_fd = -1};
     CHECK_EQ(write1(&p, "0123456789", 10), 10);
     const uint64_t bad_heads[] = {10 + 4096 + 1, UINT64_MAX, 1ull << 40, (uint64_t)-4096};
     for (size_t i = 0; i < sizeof(bad_heads) / sizeof(bad_heads[0]); i++) {
         scribble(&p, OFF_HEAD, bad_heads[i]);
-        CHECK_EQ(read1(&c, out, 4096, 0), -EPROTO);
-        CHECK_EQ(read1(&c, out, 4096, VS_RING_PEEK), -EPROTO);
+        CHECK_EQ(read1(&c, out, 3 * 4096, 0), -EPROTO);
+        CHECK_EQ(read1(&c, out, 3 * 4096, VS_RING_PEEK), -EPROTO);
         CHECK_EQ(vs_ring_readable(&c), -EPROTO);
         CHECK_EQ(vs_ring_wait(&c, &now), 0); /* woken, to find the error */
     }
     /* In bounds but beyond what was written: garbage, not a fault. */
     scribble(&p, OFF_HEAD, 4096);
-    CHECK_EQ(read1(&c, out, 4096, 0), 4096);
+    CHECK_EQ(read1(&c, out, 3 * 4096, 0), 4096);
     scribble(&p, OFF_HEAD, 4096 + 4096);
-    CHECK_EQ(read1(&c, out, 4096, 0), 4096);
+    CHECK_EQ(read1(&c, out, 3 * 4096, 0), 4096);
 
     /* The consumer's cursor, seen by the producer. */
     p.pos = 8192;
