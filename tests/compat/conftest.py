@@ -511,6 +511,19 @@ class ServerPool:
 
 
 @pytest.fixture
+def tmp_path(request):
+    """A fresh temp dir per test, removed afterwards (pytest's own keeps the
+    last runs around); VSOCKET_COMPAT_KEEP_TMP=1 keeps it for debugging."""
+    import tempfile
+    d = Path(tempfile.mkdtemp(prefix=f"vsocket-compat-{request.node.name[:40]}-".replace("/", "_")))
+    yield d
+    if os.environ.get("VSOCKET_COMPAT_KEEP_TMP") == "1":
+        print(f"kept {d}")
+    else:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
 def servers(tmp_path):
     pool = ServerPool(tmp_path)
     yield pool
