@@ -100,13 +100,13 @@ if [ "${1:-}" = --in-guest ]; then
       bg rst rstream "${opt[@]}" -b $IP -S "$s" -C 1 -I "$li"
       sleep 0.5
       if retry 60 rstream "${opt[@]}" -s $IP -S "$s" -C 1 -I "$li" >"$work/rst.cli" 2>&1; then
-        V[rstream_lat_$mode,$s]=$(awk 'NR > 1 && NF >= 8 { print $8; exit }' "$work/rst.cli")
+        V[rstream_lat_$mode,$s]=$(awk '$1 == "custom" && NF >= 8 { v = $8 } END { print v }' "$work/rst.cli")
       fi
       stop rst
       bg rst rstream "${opt[@]}" -b $IP -S "$s" -C "$bc" -I 1
       sleep 0.5
       if retry 60 rstream "${opt[@]}" -s $IP -S "$s" -C "$bc" -I 1 >"$work/rst.cli" 2>&1; then
-        V[rstream_bw_$mode,$s]=$(awk 'NR > 1 && NF >= 8 { print $7; exit }' "$work/rst.cli")
+        V[rstream_bw_$mode,$s]=$(awk '$1 == "custom" && NF >= 8 { v = $7 } END { print v }' "$work/rst.cli")
       fi
       stop rst
       V[rstream_pkts_$mode,$s]=$(($(cnt) - c0))
@@ -125,7 +125,10 @@ if [ "${1:-}" = --in-guest ]; then
       bg sw "${pre[@]}" "$sweep" server --port $port --bind $IP
       sleep 1
       if to 300 "${pre[@]}" "$sweep" client --host $IP --port $port --mode $test --sizes "$sizes_csv" \
-           --seconds "$T" >"$work/sw.cli" 2>&1; then :; else log "sweep $test $mode failed: $(tail -n 3 "$work/sw.cli")"; fi
+           --seconds "$T" >"$work/sw.cli" 2>&1; then :; else
+        log "sweep $test $mode failed: $(tail -n 3 "$work/sw.cli")"
+        V[sweep_err_$mode,$test]=$(grep -v '^pingpong \|^stream \|^#' "$work/sw.cli" | head -n1 | cut -c1-100)
+      fi
       stop sw
       V[sweep_pkts_$mode,$test]=$(($(cnt) - c0))
       cat "$work/sw.cli" >&2
@@ -242,6 +245,10 @@ EOF
     echo "| $s | $a | $b | $(ratio "$a" "$b") | $(g "sw_p99_tcp,$s") | $(g "sw_p99_rs,$s") | $c | $d | $(ratio "$c" "$d") | $e | $f | $(ratio "$f" "$e") | $h | $k | $(ratio "$k" "$h") |"
   done
   echo
+  for mode in tcp rs; do for test in pingpong stream; do
+    [ -n "${V[sweep_err_$mode,$test]:-}" ] &&
+      echo "vsocket-sweep $test over $([ $mode = rs ] && echo rsocket || echo 'kernel TCP') failed after the sizes shown: \`${V[sweep_err_$mode,$test]}\`"$'\n'
+  done; done
   echo "rxe0 packets (sent+rcvd) during the sweep runs: TCP pingpong $(g sweep_pkts_tcp,pingpong), stream $(g sweep_pkts_tcp,stream); rsocket pingpong $(g sweep_pkts_rs,pingpong), stream $(g sweep_pkts_rs,stream)."
   echo
   echo "**Real programs under rsocket's preload** (both ends \`LD_PRELOAD=librspreload.so\`; \"rxe pkts\" = sent+rcvd on rxe0 during the run; runs over rsocket only if a result came back AND rxe pkts moved):"
