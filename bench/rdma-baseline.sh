@@ -326,6 +326,8 @@ results=$repo/bench/RESULTS.md
        "own stack to its own address 10.77.0.1 (which Linux routes through \`lo\`, the dummy0 address" \
        "being local); rsocket and perftest go through rxe0 on dummy0 (Soft-RoCE, RoCE v2)."
   echo
+  echo "Reading the tables: compare within one tool. vsocket-sweep reads with blocking \`read()\`/\`recv()\` (the thread sleeps between messages, so every round trip pays emulated wake-ups, milliseconds on a busy TCG host), while perftest and rstream spin on completions; hence sweep RTTs far above rstream's for the same transport. A \`-\` is a run that gave no figure (see the notes), \`inf\` is perftest's own output."
+  echo
   cat "$out.sec"
   echo
 } >"$out.new"
