@@ -51,31 +51,8 @@ static void usage_exit(const char *fmt, const char *arg)
 /* Integer with an optional K/M/G (binary) suffix. */
 static uint64_t parse_num(const char *s, const char *what)
 {
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 0);
-    if (errno || end == s || *s == '-')
-        usage_exit("bad number for %s", what);
-    switch (*end) {
-    case 'k':
-    case 'K':
-        v <<= 10;
-        end++;
-        break;
-    case 'm':
-    case 'M':
-        v <<= 20;
-        end++;
-        break;
-    case 'g':
-    case 'G':
-        v <<= 30;
-        end++;
-        break;
-    default:
-        break;
-    }
-    if (*end)
+    uint64_t v;
+    if (tool_parse_size(s, &v) < 0)
         usage_exit("bad number for %s", what);
     return v;
 }

@@ -14,34 +14,6 @@
 #include <time.h>
 #include <unistd.h>
 
-uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
-int resolve(const char *host, uint16_t port, bool ipv6, int socktype, bool passive,
-            struct sockaddr_storage *ss, socklen_t *len)
-{
-    struct addrinfo hints = {0}, *res = NULL;
-    char portstr[8];
-    hints.ai_family = ipv6 ? AF_INET6 : AF_INET;
-    hints.ai_socktype = socktype;
-    hints.ai_flags = passive ? AI_PASSIVE : 0;
-    snprintf(portstr, sizeof(portstr), "%u", port);
-    int rc = getaddrinfo(host, portstr, &hints, &res);
-    if (rc != 0) {
-        fprintf(stderr, "vsocket-stress: cannot resolve %s: %s\n", host ? host : "(any)",
-                gai_strerror(rc));
-        return -1;
-    }
-    memcpy(ss, res->ai_addr, res->ai_addrlen);
-    *len = res->ai_addrlen;
-    freeaddrinfo(res);
-    return 0;
-}
-
 static uint16_t sockaddr_port(const struct sockaddr_storage *ss)
 {
     if (ss->ss_family == AF_INET6)

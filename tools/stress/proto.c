@@ -57,20 +57,6 @@ uint64_t log_uniform(uint64_t r, uint64_t lo, uint64_t hi)
     return from + (r >> 32) % (to - from + 1);
 }
 
-void put_u64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-uint64_t get_u64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-
 /* Layout: magic, stream, seq, len, payload sum, header sum (all little-endian u64). */
 void hdr_encode(uint8_t *out, const struct msg_hdr *h)
 {

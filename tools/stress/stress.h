@@ -18,6 +18,8 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 
+#include "toolutil.h"
+
 /* Exit codes (documented in README.md). */
 enum { EXIT_PASS = 0, EXIT_DATA = 1, EXIT_USAGE = 2, EXIT_SETUP = 3 };
 
@@ -71,8 +73,6 @@ uint64_t rng_next(struct rng *r);
 uint64_t rng_below(struct rng *r, uint64_t n);
 uint64_t log_uniform(uint64_t r, uint64_t lo, uint64_t hi);
 
-void put_u64(uint8_t *p, uint64_t v);
-uint64_t get_u64(const uint8_t *p);
 void hdr_encode(uint8_t *out, const struct msg_hdr *h);
 bool hdr_decode(const uint8_t *in, struct msg_hdr *h); /* false: magic or header sum wrong */
 
@@ -153,9 +153,12 @@ void conn_shutdown_wr(struct conn *c);
 bool deadline_passed(const struct engine_opts *o);
 
 /* ---- net.c ---- */
-uint64_t now_ns(void);
-int resolve(const char *host, uint16_t port, bool ipv6, int socktype, bool passive,
-            struct sockaddr_storage *ss, socklen_t *len);
+static inline int resolve(const char *host, uint16_t port, bool ipv6, int socktype, bool passive,
+                          struct sockaddr_storage *ss, socklen_t *len)
+{
+    return tool_resolve("vsocket-stress", host, port, ipv6 ? AF_INET6 : AF_INET, socktype, passive,
+                        ss, len);
+}
 int tcp_listen(const char *bind_addr, uint16_t port, bool ipv6, uint16_t *bound_port);
 int udp_bind(const char *bind_addr, uint16_t port, bool ipv6);
 int tcp_connect(const char *host, uint16_t port, bool ipv6, int timeout_ms);

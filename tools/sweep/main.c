@@ -25,16 +25,8 @@ static void usage_exit(const char *msg, const char *arg)
 
 static uint64_t parse_num(const char *s, const char *what)
 {
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s || *s == '-')
-        usage_exit("bad number for ", what);
-    if (*end == 'k' || *end == 'K')
-        v <<= 10, end++;
-    else if (*end == 'm' || *end == 'M')
-        v <<= 20, end++;
-    if (*end)
+    uint64_t v;
+    if (tool_parse_size(s, &v) < 0)
         usage_exit("bad number for ", what);
     return v;
 }

@@ -10,48 +10,6 @@
 #include <time.h>
 #include <unistd.h>
 
-uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
-void put_u64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-uint64_t get_u64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-
-int resolve(const char *host, uint16_t port, int socktype, bool passive,
-            struct sockaddr_storage *ss, socklen_t *len)
-{
-    struct addrinfo hints = {0}, *res = NULL;
-    char portstr[8];
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = socktype;
-    hints.ai_flags = passive ? AI_PASSIVE : 0;
-    snprintf(portstr, sizeof(portstr), "%u", port);
-    int rc = getaddrinfo(host, portstr, &hints, &res);
-    if (rc != 0) {
-        fprintf(stderr, "vsocket-sweep: cannot resolve %s: %s\n", host ? host : "(any)",
-                gai_strerror(rc));
-        return -1;
-    }
-    memcpy(ss, res->ai_addr, res->ai_addrlen);
-    *len = res->ai_addrlen;
-    freeaddrinfo(res);
-    return 0;
-}
-
 int write_full(int fd, const void *p, size_t n)
 {
     const char *b = p;

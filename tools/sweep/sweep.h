@@ -17,6 +17,8 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include "toolutil.h"
+
 enum { EXIT_OK = 0, EXIT_USAGE = 2, EXIT_CONNECT = 3 };
 
 enum test { TEST_PINGPONG = 1, TEST_STREAM = 2 };
@@ -30,11 +32,12 @@ enum test { TEST_PINGPONG = 1, TEST_STREAM = 2 };
 #define STREAM_REPLY_WORDS 2
 #define UDP_MAX_PAYLOAD 65507
 
-uint64_t now_ns(void);
-void put_u64(uint8_t *p, uint64_t v);
-uint64_t get_u64(const uint8_t *p);
-int resolve(const char *host, uint16_t port, int socktype, bool passive,
-            struct sockaddr_storage *ss, socklen_t *len);
+/* Any family: sweep runs over IPv4 and IPv6 alike. */
+static inline int resolve(const char *host, uint16_t port, int socktype, bool passive,
+                          struct sockaddr_storage *ss, socklen_t *len)
+{
+    return tool_resolve("vsocket-sweep", host, port, AF_UNSPEC, socktype, passive, ss, len);
+}
 void set_nodelay(int fd);
 int write_full(int fd, const void *p, size_t n);
 int read_full(int fd, void *p, size_t n); /* 1 ok, 0 EOF before n, -1 error */
