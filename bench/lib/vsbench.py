@@ -64,9 +64,10 @@ def require(program: str) -> str:
 class Runner:
     """kernel: the program as is; vsocket: the program under `vsocket run`."""
 
-    def __init__(self, name: str, prefix: Sequence[str]):
+    def __init__(self, name: str, prefix: Sequence[str], cpus: Optional[set] = None):
         self.name = name
         self.prefix = [str(p) for p in prefix]
+        self.cpus = cpus  # CPU affinity of every process started with this runner
 
     @property
     def preloaded(self) -> bool:
@@ -79,9 +80,9 @@ class Runner:
         return self.name
 
 
-def runners(tool: Path) -> Dict[str, Runner]:
-    return {"kernel": Runner("kernel", []),
-            "vsocket": Runner("vsocket", [tool, "run", "--"])}
+def runners(tool: Path, cpus: Optional[set] = None) -> Dict[str, Runner]:
+    return {"kernel": Runner("kernel", [], cpus),
+            "vsocket": Runner("vsocket", [tool, "run", "--"], cpus)}
 
 
 # --------------------------------------------------------------------------
@@ -168,9 +169,11 @@ class Procs:
         e.pop("LD_PRELOAD", None)  # the kernel runner must really be preload-free
         if env:
             e.update(env)
+        cpus = runner.cpus if runner else None
         try:
             p = subprocess.Popen(full, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                 start_new_session=True, env=e, cwd=cwd)
+                                 start_new_session=True, env=e, cwd=cwd,
+                                 preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
         except OSError as ex:
             raise BenchError(f"cannot start {name}: {' '.join(full)}: {ex}")
         proc = Proc(name, full, p, out, err)
