@@ -14,27 +14,12 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "tcp_pair.h"
 #include "config/config.h"
 #include "core/fdtable.h"
 #include "core/reason.h"
 
 static char stats_dir[] = "/tmp/vsocket-test-XXXXXX";
-
-/* A connected TCP pair over loopback: *a connects, *b is accepted. */
-static void tcp_pair(int *a, int *b)
-{
-    int l = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(sin);
-    CHECK_EQ(bind(l, (void *)&sin, sizeof(sin)), 0);
-    CHECK_EQ(listen(l, 1), 0);
-    CHECK_EQ(getsockname(l, (void *)&sin, &len), 0);
-    *a = socket(AF_INET, SOCK_STREAM, 0);
-    CHECK_EQ(connect(*a, (void *)&sin, sizeof(sin)), 0);
-    *b = accept(l, NULL, NULL);
-    CHECK(*b >= 0);
-    close(l);
-}
 
 static struct vs_stats_record *record_of(int fd)
 {
