@@ -75,6 +75,13 @@ pid=$!
 for _ in $(seq 50); do "$vs" stat --pid $pid >/dev/null 2>&1 && break; sleep 0.1; done
 expect stat-live 0 "\"pid\":$pid.*\"state\":\"listening\".*\"transport\":\"kernel\",\"reason\":\"disabled-by-config\"" -- "$vs" stat --json --pid $pid
 expect stat-table 0 "^$pid +[0-9]+ +tcp +listening +127\.0\.0\.1:[0-9]+ .* kernel .* disabled-by-config" -- "$vs" stat
+# --watch refreshes until interrupted.
+out=$(timeout 1.5 "$vs" stat --watch=0.3 2>&1)
+if [ "$(grep -c 'PID  *FD  *PROTO' <<<"$out")" -ge 3 ] && grep -q "^$pid " <<<"$out"; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1)); printf 'FAIL stat-watch:\n%s\n' "$out"
+fi
 kill $pid; wait $pid 2>/dev/null
 # exec: a listening socket inherited by a new image is adopted on first use,
 # with its state read from the kernel.

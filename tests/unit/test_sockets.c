@@ -8,7 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -227,6 +229,50 @@ static void test_concurrent_lookup_and_close(void)
     close(b);
 }
 
+static int signal_fd;
+static volatile sig_atomic_t signal_sends;
+
+static void on_alarm(int sig)
+{
+    (void)sig;
+    if (send(signal_fd, "s", 1, MSG_DONTWAIT | MSG_NOSIGNAL) == 1)
+        signal_sends++;
+}
+
+/* Data calls from a signal handler while the interrupted thread creates and
+ * closes sockets (which takes our locks): no deadlock, nothing lost. */
+static void test_signal_handler_io(void)
+{
+    int a, b;
+    tcp_pair(&a, &b);
+    signal_fd = a;
+    struct sigaction sa = {.sa_handler = on_alarm, .sa_flags = SA_RESTART};
+    sigaction(SIGALRM, &sa, NULL);
+    struct itimerval it = {.it_interval = {0, 200}, .it_value = {0, 200}};
+    setitimer(ITIMER_REAL, &it, NULL);
+    uint64_t received = 0;
+    char buf[4096];
+    for (int i = 0; i < 20000; i++) {
+        int s = socket(AF_INET, SOCK_DGRAM, 0);
+        close(dup(s));
+        close(s);
+        ssize_t n = recv(b, buf, sizeof(buf), MSG_DONTWAIT);
+        if (n > 0)
+            received += (uint64_t)n;
+    }
+    struct itimerval off = {0};
+    setitimer(ITIMER_REAL, &off, NULL);
+    signal(SIGALRM, SIG_IGN); /* one may still be pending */
+    shutdown(a, SHUT_WR);
+    for (ssize_t n; (n = recv(b, buf, sizeof(buf), 0)) > 0;)
+        received += (uint64_t)n;
+    CHECK(signal_sends > 0);
+    CHECK_EQ(received, signal_sends);
+    CHECK_EQ(record_of(a)->tx_bytes, signal_sends);
+    close(a);
+    close(b);
+}
+
 int main(void)
 {
     CHECK(mkdtemp(stats_dir) != NULL);
@@ -239,6 +285,7 @@ int main(void)
     test_close_range();
     test_fork();
     test_concurrent_lookup_and_close();
+    test_signal_handler_io();
     char path[256];
     vs_stats_path(stats_dir, getpid(), path, sizeof(path));
     unlink(path);
