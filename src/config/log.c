@@ -42,6 +42,13 @@ static void expand_path(const char *path, char *out, size_t outlen)
     out[o < outlen ? o : outlen - 1] = '\0';
 }
 
+void vs_log_fds_gone(unsigned first, unsigned last)
+{
+    int fd = __atomic_load_n(&log_fd, __ATOMIC_RELAXED);
+    if (fd > 2 && (unsigned)fd >= first && (unsigned)fd <= last)
+        __atomic_store_n(&log_fd, -1, __ATOMIC_RELAXED);
+}
+
 int vs_log_open(const char *path)
 {
     if (!path || !*path) {
@@ -63,6 +70,9 @@ int vs_log_open(const char *path)
 
 void vs_log_write(enum vs_log_level level, const char *fmt, ...)
 {
+    int fd = __atomic_load_n(&log_fd, __ATOMIC_RELAXED);
+    if (fd < 0)
+        return;
     int saved_errno = errno;
     char line[1024];
     int n =
@@ -77,6 +87,6 @@ void vs_log_write(enum vs_log_level level, const char *fmt, ...)
     if ((size_t)n >= sizeof(line) - 1)
         n = (int)sizeof(line) - 2;
     line[n++] = '\n';
-    syscall(SYS_write, log_fd, line, (size_t)n);
+    syscall(SYS_write, fd, line, (size_t)n);
     errno = saved_errno;
 }

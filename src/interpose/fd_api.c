@@ -7,6 +7,7 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include "config/log.h"
 #include "core/fdtable.h"
 #include "interpose/real.h"
 
@@ -17,6 +18,7 @@ VS_EXPORT int close(int fd)
     int r = vs_real.close(fd);
     int saved_errno = errno;
     vs_fd_close_end(fd, s);
+    vs_log_fds_gone((unsigned)fd, (unsigned)fd);
     errno = saved_errno;
     return r;
 }
@@ -30,8 +32,10 @@ VS_EXPORT int fclose(FILE *stream)
     struct vs_sock *s = fd >= 0 ? vs_fd_close_begin(fd) : NULL;
     int r = vs_real.fclose(stream);
     int saved_errno = errno;
-    if (fd >= 0)
+    if (fd >= 0) {
         vs_fd_close_end(fd, s);
+        vs_log_fds_gone((unsigned)fd, (unsigned)fd);
+    }
     errno = saved_errno;
     return r;
 }
@@ -45,8 +49,10 @@ VS_EXPORT int close_range(unsigned int first, unsigned int last, int flags)
     }
     int r = vs_real.close_range(first, last, flags);
     int saved_errno = errno;
-    if (r == 0 && !(flags & CLOSE_RANGE_CLOEXEC))
+    if (r == 0 && !(flags & CLOSE_RANGE_CLOEXEC)) {
         vs_fd_forget_range(first, last);
+        vs_log_fds_gone(first, last);
+    }
     errno = saved_errno;
     return r;
 }
@@ -57,8 +63,10 @@ VS_EXPORT void closefrom(int lowfd)
     int saved_errno = errno;
     if (vs_real.closefrom)
         vs_real.closefrom(lowfd);
-    if (lowfd >= 0)
+    if (lowfd >= 0) {
         vs_fd_forget_range((unsigned)lowfd, ~0u);
+        vs_log_fds_gone((unsigned)lowfd, ~0u);
+    }
     errno = saved_errno;
 }
 
@@ -69,6 +77,7 @@ static int track_dup(int oldfd, int newfd)
         return newfd;
     int saved_errno = errno;
     vs_fd_set(newfd, vs_fd_get(oldfd));
+    vs_log_fds_gone((unsigned)newfd, (unsigned)newfd);
     errno = saved_errno;
     return newfd;
 }

@@ -61,6 +61,18 @@ expect env-bad-max 0 "VSOCKET_STATS_MAX='-1' is invalid" -- env VSOCKET_STATS_MA
 expect env-bad-logfile 0 "VSOCKET_LOG_FILE='/nonexistent/x' cannot be opened" -- env VSOCKET_LOG_FILE=/nonexistent/x "$vs" run -- true
 expect env-bad-statsdir 0 "statistics disabled: cannot create" -- env VSOCKET_STATS_DIR=/nonexistent "$vs" run -- python3 -c 'import socket; socket.socket()'
 
+# A program that closes every fd (as daemons do) and reuses the number of our
+# log file must never receive our log lines in its own file.
+"$vs" run --log-level=debug --log-file="$tmp/vs.log" -- python3 -c '
+import os, socket, sys
+os.closerange(3, 256)
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+for _ in range(3):
+    socket.socket().close()
+os.write(fd, b"clean\n")' "$tmp/app.out"
+if [ "$(cat "$tmp/app.out")" = clean ]; then passed=$((passed + 1)); else
+  failed=$((failed + 1)); printf 'FAIL log-fd-reuse: the program file holds:\n%s\n' "$(head -3 "$tmp/app.out")"; fi
+
 # exec with a scrubbed environment keeps vsocket loaded...
 expect exec-follow 0 'libvsocket\.so' -- "$vs" run -- env -i /bin/sh -c 'echo "$LD_PRELOAD"'
 # ...unless the user said not to.
