@@ -24,9 +24,8 @@ static const char *kernel_reason(int type)
 {
     if (type != SOCK_STREAM && type != SOCK_DGRAM)
         return VS_REASON_UNSUPPORTED_TYPE;
-    if (vs_config.transports == VS_TRANSPORT_BIT(VS_TRANSPORT_KERNEL))
-        return vs_config.transports_set ? VS_REASON_DISABLED : VS_REASON_NO_TRANSPORT;
-    return VS_REASON_NO_TRANSPORT;
+    bool kernel_only = vs_config.transports == VS_TRANSPORT_BIT(VS_TRANSPORT_KERNEL);
+    return kernel_only && vs_config.transports_set ? VS_REASON_DISABLED : VS_REASON_NO_TRANSPORT;
 }
 
 struct vs_sock *vs_sock_new(int fd, int family, int type, int protocol, const char *reason)

@@ -57,8 +57,8 @@ static inline void vs_sock_ref(struct vs_sock *s)
     atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
 }
 
-/* State changes, reflected in the statistics. LOCAL/PEER are read from the
- * kernel socket FD when NULL. */
+/* State changes, reflected in the statistics together with the local and
+ * peer addresses read from the kernel socket FD. */
 void vs_sock_set_state(struct vs_sock *s, int fd, enum vs_sock_state state);
 void vs_sock_refresh_addrs(struct vs_sock *s, int fd);
 
