@@ -4,7 +4,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "config/config.h"
 #include "tool/tool.h"
+#include "transport/transport.h"
 
 static void usage(FILE *out)
 {
@@ -40,7 +42,9 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "doctor") == 0)
         return cmd_doctor(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
-        printf("vsocket %s\n", VSOCKET_VERSION);
+        char built[64];
+        vs_config_format_transports(vs_transports_built(), built, sizeof(built));
+        printf("vsocket %s\ntransports built: %s\n", VSOCKET_VERSION, built);
         return VS_EXIT_OK;
     }
     if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
