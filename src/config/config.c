@@ -13,7 +13,8 @@ struct vs_config vs_config;
 
 const char *const vs_config_variables[] = {
     "VSOCKET_TRANSPORTS", "VSOCKET_LOG_LEVEL", "VSOCKET_LOG_FILE",    "VSOCKET_STATS",
-    "VSOCKET_STATS_DIR",  "VSOCKET_STATS_MAX", "VSOCKET_FOLLOW_EXEC", NULL,
+    "VSOCKET_STATS_DIR",  "VSOCKET_STATS_MAX", "VSOCKET_FOLLOW_EXEC", "VSOCKET_POLL_US",
+    "VSOCKET_SHM_RING_MIN", "VSOCKET_SHM_RING_MAX", NULL,
 };
 
 void vs_config_defaults(struct vs_config *c)
@@ -25,6 +26,9 @@ void vs_config_defaults(struct vs_config *c)
     snprintf(c->stats_dir, sizeof(c->stats_dir), "/dev/shm");
     c->stats_max = VS_STATS_MAX_DEFAULT;
     c->follow_exec = true;
+    c->poll_us = VS_POLL_US_DEFAULT;
+    c->shm_ring_min = VS_SHM_RING_MIN_DEFAULT;
+    c->shm_ring_max = VS_SHM_RING_MAX_DEFAULT;
 }
 
 void vs_config_format_transports(unsigned mask, char *out, size_t outlen)
@@ -156,23 +160,38 @@ static void load_transports(struct vs_config *c)
     c->transports_set = true;
 }
 
-static void load_stats_max(struct vs_config *c)
+/* A whole number in [MIN, MAX]; a bad value keeps *OUT. */
+static void load_uint(const char *name, unsigned long min, unsigned long max, unsigned long *out)
 {
-    const char *v = getenv("VSOCKET_STATS_MAX");
+    const char *v = getenv(name);
     if (!v)
         return;
     char *end;
     errno = 0;
     unsigned long n = strtoul(v, &end, 10);
-    if (errno || end == v || *end || *v == '-' || n < VS_STATS_MAX_MIN || n > VS_STATS_MAX_MAX) {
-        char why[96], dflt[16];
-        snprintf(why, sizeof(why), "accepted values: a whole number from %u to %u",
-                 VS_STATS_MAX_MIN, VS_STATS_MAX_MAX);
-        snprintf(dflt, sizeof(dflt), "%u", c->stats_max);
-        report_invalid("VSOCKET_STATS_MAX", v, why, dflt);
+    if (errno || end == v || *end || *v == '-' || n < min || n > max) {
+        char why[96], dflt[24];
+        snprintf(why, sizeof(why), "accepted values: a whole number from %lu to %lu", min, max);
+        snprintf(dflt, sizeof(dflt), "%lu", *out);
+        report_invalid(name, v, why, dflt);
         return;
     }
-    c->stats_max = (unsigned)n;
+    *out = n;
+}
+
+static void load_shm(struct vs_config *c)
+{
+    load_uint("VSOCKET_POLL_US", 0, VS_POLL_US_MAX, &c->poll_us);
+    load_uint("VSOCKET_SHM_RING_MIN", VS_SHM_RING_LIMIT_MIN, VS_SHM_RING_LIMIT_MAX,
+              &c->shm_ring_min);
+    load_uint("VSOCKET_SHM_RING_MAX", VS_SHM_RING_LIMIT_MIN, VS_SHM_RING_LIMIT_MAX,
+              &c->shm_ring_max);
+    if (c->shm_ring_max < c->shm_ring_min) {
+        vs_warn("VSOCKET_SHM_RING_MAX (%lu) is below VSOCKET_SHM_RING_MIN (%lu): using %lu for "
+                "both.",
+                c->shm_ring_max, c->shm_ring_min, c->shm_ring_min);
+        c->shm_ring_max = c->shm_ring_min;
+    }
 }
 
 void vs_config_load(struct vs_config *c)
@@ -182,6 +201,9 @@ void vs_config_load(struct vs_config *c)
     load_transports(c);
     load_bool("VSOCKET_STATS", &c->stats);
     load_path("VSOCKET_STATS_DIR", c->stats_dir, sizeof(c->stats_dir), "/dev/shm");
-    load_stats_max(c);
+    unsigned long stats_max = c->stats_max;
+    load_uint("VSOCKET_STATS_MAX", VS_STATS_MAX_MIN, VS_STATS_MAX_MAX, &stats_max);
+    c->stats_max = (unsigned)stats_max;
     load_bool("VSOCKET_FOLLOW_EXEC", &c->follow_exec);
+    load_shm(c);
 }

@@ -14,6 +14,15 @@
 #define VS_STATS_MAX_MIN 16u
 #define VS_STATS_MAX_MAX 1048576u
 
+/* VSOCKET_POLL_US: busy-poll budget before sleeping in the kernel. */
+#define VS_POLL_US_DEFAULT 10ul
+#define VS_POLL_US_MAX 1000000ul
+/* VSOCKET_SHM_RING_MIN/MAX: bounds of a ring's size, which follows SO_RCVBUF. */
+#define VS_SHM_RING_MIN_DEFAULT (256ul << 10)
+#define VS_SHM_RING_MAX_DEFAULT (4ul << 20)
+#define VS_SHM_RING_LIMIT_MIN (4ul << 10)
+#define VS_SHM_RING_LIMIT_MAX (64ul << 20)
+
 struct vs_config {
     unsigned transports; /* VS_TRANSPORT_BIT mask; kernel always included */
     bool transports_set; /* VSOCKET_TRANSPORTS was given (and valid) */
@@ -23,6 +32,9 @@ struct vs_config {
     char stats_dir[PATH_MAX];
     unsigned stats_max; /* socket records per process */
     bool follow_exec;   /* keep vsocket loaded across execve with a new env */
+    unsigned long poll_us;      /* VSOCKET_POLL_US */
+    unsigned long shm_ring_min; /* bytes */
+    unsigned long shm_ring_max;
 };
 
 extern struct vs_config vs_config;

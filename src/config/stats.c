@@ -218,6 +218,18 @@ void vs_stats_set_reason(struct vs_stats_record *r, const char *reason)
     pthread_mutex_unlock(&lock);
 }
 
+void vs_stats_set_transport(struct vs_stats_record *r, unsigned transport, const char *reason)
+{
+    if (r == &scratch)
+        return;
+    pthread_mutex_lock(&lock);
+    begin_update(r);
+    r->transport = (uint8_t)transport;
+    snprintf(r->reason, sizeof(r->reason), "%s", reason);
+    end_update(r);
+    pthread_mutex_unlock(&lock);
+}
+
 static void copy_addr(struct vs_stats_addr *out, const struct sockaddr *sa)
 {
     memset(out, 0, sizeof(*out));

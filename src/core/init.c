@@ -6,6 +6,7 @@
 #include "config/stats.h"
 #include "core/exec_env.h"
 #include "core/sock.h"
+#include "transport/shm/shm.h"
 #include "interpose/real.h"
 
 __attribute__((constructor)) static void vs_load(void)
@@ -28,6 +29,7 @@ __attribute__((destructor)) static void vs_unload(void)
  * does not have. */
 void vs_fork_prepare(void)
 {
+    vs_shm_fork_prepare();
     vs_sock_fork_prepare();
     vs_stats_fork_prepare();
 }
@@ -36,10 +38,12 @@ void vs_fork_parent(void)
 {
     vs_stats_fork_parent();
     vs_sock_fork_parent();
+    vs_shm_fork_parent();
 }
 
 void vs_fork_child(void)
 {
     vs_stats_fork_child();
     vs_sock_fork_child();
+    vs_shm_fork_child();
 }

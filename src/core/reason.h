@@ -11,6 +11,10 @@
 #define VS_REASON_UNSUPPORTED_TYPE "unsupported-type"
 /* The peer does not run vsocket (reserved for the shm and rdma transports). */
 #define VS_REASON_PEER_NOT_VSOCKET "peer-not-vsocket"
+/* The peer is on another host (the shm transport serves this host only). */
+#define VS_REASON_PEER_NOT_LOCAL "peer-not-local"
+/* The shm upgrade is being negotiated; the connection runs on the kernel meanwhile. */
+#define VS_REASON_PENDING "upgrade-pending"
 /* No usable RDMA device (reserved for the rdma transport). */
 #define VS_REASON_NO_RDMA_DEVICE "no-rdma-device"
 /* Prefix: an option the transport cannot honour, e.g. unsupported-option:SO_XYZ. */

@@ -10,6 +10,7 @@
 #include "core/reason.h"
 #include "interpose/real.h"
 #include "memory/pool.h"
+#include "transport/shm/shm.h"
 
 static struct vs_pool pool = VS_POOL_INIT(struct vs_sock, pool_next);
 
@@ -18,8 +19,8 @@ bool vs_sock_tracked_family(int family)
     return family == AF_INET || family == AF_INET6;
 }
 
-/* Why a new socket stays on the kernel. Every socket does for now: the
- * transports that could accelerate it are not built yet. */
+/* Why a new socket is on the kernel. A TCP socket may still move to the
+ * shm transport when it connects (the reason then changes). */
 static const char *kernel_reason(int type)
 {
     if (type != SOCK_STREAM && type != SOCK_DGRAM)
@@ -39,6 +40,9 @@ struct vs_sock *vs_sock_new(int fd, int family, int type, int protocol, const ch
     s->type = type;
     s->protocol = protocol;
     s->transport = VS_TRANSPORT_KERNEL;
+    s->shm = NULL;
+    atomic_store(&s->in_epoll_plain, false);
+    s->shm_shown = -1;
     atomic_store(&s->state, VS_STATE_OPEN);
     s->stat = vs_stats_open(fd, family, type, s->transport, reason ? reason : kernel_reason(type));
     /* Published last: a racing lookup that finds this recycled object must
@@ -83,6 +87,8 @@ struct vs_sock *vs_sock_adopt(int fd)
 void vs_sock_release(struct vs_sock *s)
 {
     int saved_errno = errno;
+    if (s->shm)
+        vs_shm_release(s);
     vs_stats_close(s->stat);
     vs_pool_free(&pool, s);
     errno = saved_errno;

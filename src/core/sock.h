@@ -21,6 +21,13 @@ struct vs_sock {
      * non-blocking connect. */
     _Atomic int state;
     struct vs_stats_record *stat;
+    /* Same-host transport state (transport/shm), NULL for sockets that can
+     * never leave the kernel. Set once, by connect or accept. */
+    struct vs_shm_conn *shm;
+    /* Put into an epoll set before it could be upgraded: never upgrade it,
+     * the kernel registration would not follow. */
+    _Atomic bool in_epoll_plain;
+    int shm_shown; /* the handshake state the statistics show (transport/shm) */
     void *pool_next; /* free-list link while the object is unused */
 };
 

@@ -4,12 +4,14 @@
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <linux/sockios.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
 #include "config/log.h"
 #include "core/fdtable.h"
 #include "interpose/real.h"
+#include "transport/shm/shm.h"
 
 VS_EXPORT int close(int fd)
 {
@@ -138,5 +140,17 @@ VS_EXPORT int ioctl(int fd, unsigned long request, ...)
     va_start(ap, request);
     void *arg = va_arg(ap, void *);
     va_end(ap);
+    if (request == FIONREAD || request == SIOCOUTQ) {
+        /* Bytes in the rings are out of the kernel's sight. */
+        struct vs_sock *s = vs_fd_get(fd);
+        int value;
+        bool ours = s && s->shm && arg && vs_shm_ioctl(s, fd, request, &value);
+        if (s)
+            vs_sock_put(s);
+        if (ours) {
+            *(int *)arg = value;
+            return 0;
+        }
+    }
     return vs_real.ioctl(fd, request, arg);
 }

@@ -1,13 +1,15 @@
 /* io_api.c - the data path: read/write, send/recv families, sendfile.
  *
  * Each wrapper looks the fd up (lock-free), lets the socket's transport move
- * the bytes (the kernel, for now) and counts what moved. An fd that is not
- * a tracked socket costs one table lookup. */
+ * the bytes (the kernel, or transport/shm for a connection that may be on
+ * the rings: s->shm) and counts what moved. An fd that is not a tracked
+ * socket costs one table lookup. */
 #include <errno.h>
 #include <sys/sendfile.h>
 
 #include "core/fdtable.h"
 #include "interpose/real.h"
+#include "transport/shm/shm.h"
 
 /* Counting after the call; preserves errno. MSG_PEEK reads nothing. */
 static ssize_t done_rx(struct vs_sock *s, int fd, ssize_t n, int flags)
@@ -25,10 +27,35 @@ static ssize_t done_tx(struct vs_sock *s, int fd, ssize_t n)
     return n;
 }
 
+/* The shm transport takes every call as a msghdr. */
+static ssize_t shm_recv(struct vs_sock *s, int fd, const struct iovec *iov, size_t iovcnt,
+                        int flags, struct sockaddr *addr, socklen_t *addrlen)
+{
+    struct msghdr m = {.msg_name = addr,
+                       .msg_namelen = addr && addrlen ? *addrlen : 0,
+                       .msg_iov = (struct iovec *)iov,
+                       .msg_iovlen = iovcnt};
+    ssize_t n = vs_shm_recvmsg(s, fd, &m, flags);
+    if (n >= 0 && addr && addrlen)
+        *addrlen = m.msg_namelen;
+    return n;
+}
+
+static ssize_t shm_send(struct vs_sock *s, int fd, const struct iovec *iov, size_t iovcnt,
+                        int flags)
+{
+    struct msghdr m = {.msg_iov = (struct iovec *)iov, .msg_iovlen = iovcnt};
+    return vs_shm_sendmsg(s, fd, &m, flags);
+}
+
 VS_EXPORT ssize_t read(int fd, void *buf, size_t len)
 {
     VS_REAL_READY();
     struct vs_sock *s = vs_fd_get(fd);
+    if (s && s->shm) {
+        struct iovec iov = {buf, len};
+        return done_rx(s, fd, shm_recv(s, fd, &iov, 1, 0, NULL, NULL), 0);
+    }
     ssize_t n = vs_real.read(fd, buf, len);
     return s ? done_rx(s, fd, n, 0) : n;
 }
@@ -37,6 +64,10 @@ VS_EXPORT ssize_t write(int fd, const void *buf, size_t len)
 {
     VS_REAL_READY();
     struct vs_sock *s = vs_fd_get(fd);
+    if (s && s->shm) {
+        struct iovec iov = {(void *)buf, len};
+        return done_tx(s, fd, shm_send(s, fd, &iov, 1, 0));
+    }
     ssize_t n = vs_real.write(fd, buf, len);
     return s ? done_tx(s, fd, n) : n;
 }
@@ -45,6 +76,8 @@ VS_EXPORT ssize_t readv(int fd, const struct iovec *iov, int iovcnt)
 {
     VS_REAL_READY();
     struct vs_sock *s = vs_fd_get(fd);
+    if (s && s->shm && iovcnt >= 0)
+        return done_rx(s, fd, shm_recv(s, fd, iov, (size_t)iovcnt, 0, NULL, NULL), 0);
     ssize_t n = vs_real.readv(fd, iov, iovcnt);
     return s ? done_rx(s, fd, n, 0) : n;
 }
@@ -53,6 +86,8 @@ VS_EXPORT ssize_t writev(int fd, const struct iovec *iov, int iovcnt)
 {
     VS_REAL_READY();
     struct vs_sock *s = vs_fd_get(fd);
+    if (s && s->shm && iovcnt >= 0)
+        return done_tx(s, fd, shm_send(s, fd, iov, (size_t)iovcnt, 0));
     ssize_t n = vs_real.writev(fd, iov, iovcnt);
     return s ? done_tx(s, fd, n) : n;
 }
@@ -61,6 +96,10 @@ VS_EXPORT ssize_t recv(int fd, void *buf, size_t len, int flags)
 {
     VS_REAL_READY();
     struct vs_sock *s = vs_fd_get(fd);
+    if (s && s->shm) {
+        struct iovec iov = {buf, len};
+        return done_rx(s, fd, shm_recv(s, fd, &iov, 1, flags, NULL, NULL), flags);
+    }
     ssize_t n = vs_real.recv(fd, buf, len, flags);
     return s ? done_rx(s, fd, n, flags) : n;
 }
@@ -70,6 +109,10 @@ VS_EXPORT ssize_t recvfrom(int fd, void *buf, size_t len, int flags, struct sock
 {
     VS_REAL_READY();
     struct vs_sock *s = vs_fd_get(fd);
+    if (s && s->shm) {
+        struct iovec iov = {buf, len};
+        return done_rx(s, fd, shm_recv(s, fd, &iov, 1, flags, addr, addrlen), flags);
+    }
     ssize_t n = vs_real.recvfrom(fd, buf, len, flags, addr, addrlen);
     return s ? done_rx(s, fd, n, flags) : n;
 }
@@ -78,6 +121,8 @@ VS_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 {
     VS_REAL_READY();
     struct vs_sock *s = vs_fd_get(fd);
+    if (s && s->shm)
+        return done_rx(s, fd, vs_shm_recvmsg(s, fd, msg, flags), flags);
     ssize_t n = vs_real.recvmsg(fd, msg, flags);
     return s ? done_rx(s, fd, n, flags) : n;
 }
@@ -91,12 +136,41 @@ static size_t mmsg_bytes(const struct mmsghdr *v, int n)
     return total;
 }
 
+/* Stream sockets have no message boundaries: each entry takes what a
+ * recvmsg would, the first one may block, the rest do not. */
+static int shm_recvmmsg(struct vs_sock *s, int fd, struct mmsghdr *vec, unsigned vlen, int flags)
+{
+    unsigned i = 0;
+    for (; i < vlen; i++) {
+        ssize_t n = vs_shm_recvmsg(s, fd, &vec[i].msg_hdr, i ? flags | MSG_DONTWAIT : flags);
+        if (n < 0)
+            return i ? (int)i : -1;
+        vec[i].msg_len = (unsigned)n;
+        if (n == 0)
+            return (int)i + 1;
+    }
+    return (int)i;
+}
+
+static int shm_sendmmsg(struct vs_sock *s, int fd, struct mmsghdr *vec, unsigned vlen, int flags)
+{
+    unsigned i = 0;
+    for (; i < vlen; i++) {
+        ssize_t n = vs_shm_sendmsg(s, fd, &vec[i].msg_hdr, flags);
+        if (n < 0)
+            return i ? (int)i : -1;
+        vec[i].msg_len = (unsigned)n;
+    }
+    return (int)i;
+}
+
 VS_EXPORT int recvmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flags,
                        struct timespec *timeout)
 {
     VS_REAL_READY();
     struct vs_sock *s = vs_fd_get(fd);
-    int n = vs_real.recvmmsg(fd, vec, vlen, flags, timeout);
+    int n = s && s->shm ? shm_recvmmsg(s, fd, vec, vlen, flags)
+                        : vs_real.recvmmsg(fd, vec, vlen, flags, timeout);
     if (s) {
         if (n > 0 && !(flags & MSG_PEEK))
             vs_sock_count_rx(s, fd, (long)mmsg_bytes(vec, n), (unsigned)n);
@@ -109,6 +183,10 @@ VS_EXPORT ssize_t send(int fd, const void *buf, size_t len, int flags)
 {
     VS_REAL_READY();
     struct vs_sock *s = vs_fd_get(fd);
+    if (s && s->shm) {
+        struct iovec iov = {(void *)buf, len};
+        return done_tx(s, fd, shm_send(s, fd, &iov, 1, flags));
+    }
     ssize_t n = vs_real.send(fd, buf, len, flags);
     return s ? done_tx(s, fd, n) : n;
 }
@@ -118,6 +196,11 @@ VS_EXPORT ssize_t sendto(int fd, const void *buf, size_t len, int flags,
 {
     VS_REAL_READY();
     struct vs_sock *s = vs_fd_get(fd);
+    if (s && s->shm) {
+        /* A connected stream socket ignores the address, as the kernel does. */
+        struct iovec iov = {(void *)buf, len};
+        return done_tx(s, fd, shm_send(s, fd, &iov, 1, flags));
+    }
     ssize_t n = vs_real.sendto(fd, buf, len, flags, addr, addrlen);
     return s ? done_tx(s, fd, n) : n;
 }
@@ -126,6 +209,8 @@ VS_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 {
     VS_REAL_READY();
     struct vs_sock *s = vs_fd_get(fd);
+    if (s && s->shm)
+        return done_tx(s, fd, vs_shm_sendmsg(s, fd, msg, flags));
     ssize_t n = vs_real.sendmsg(fd, msg, flags);
     return s ? done_tx(s, fd, n) : n;
 }
@@ -134,7 +219,8 @@ VS_EXPORT int sendmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flags
 {
     VS_REAL_READY();
     struct vs_sock *s = vs_fd_get(fd);
-    int n = vs_real.sendmmsg(fd, vec, vlen, flags);
+    int n = s && s->shm ? shm_sendmmsg(s, fd, vec, vlen, flags)
+                        : vs_real.sendmmsg(fd, vec, vlen, flags);
     if (s) {
         if (n > 0)
             vs_sock_count_tx(s, fd, (long)mmsg_bytes(vec, n), (unsigned)n);
@@ -148,6 +234,8 @@ VS_EXPORT ssize_t sendfile(int out_fd, int in_fd, off_t *offset, size_t count)
 {
     VS_REAL_READY();
     struct vs_sock *s = vs_fd_get(out_fd);
+    if (s && s->shm)
+        return done_tx(s, out_fd, vs_shm_sendfile(s, out_fd, in_fd, offset, count));
     ssize_t n = vs_real.sendfile(out_fd, in_fd, offset, count);
     return s ? done_tx(s, out_fd, n) : n;
 }
@@ -156,6 +244,8 @@ VS_EXPORT ssize_t sendfile64(int out_fd, int in_fd, off64_t *offset, size_t coun
 {
     VS_REAL_READY();
     struct vs_sock *s = vs_fd_get(out_fd);
+    if (s && s->shm)
+        return done_tx(s, out_fd, vs_shm_sendfile(s, out_fd, in_fd, offset, count));
     ssize_t n = vs_real.sendfile64(out_fd, in_fd, offset, count);
     return s ? done_tx(s, out_fd, n) : n;
 }

@@ -14,6 +14,7 @@
 #include "core/exec_env.h"
 #include "core/init.h"
 #include "interpose/real.h"
+#include "transport/shm/shm.h"
 
 VS_EXPORT pid_t fork(void)
 {
@@ -25,6 +26,8 @@ VS_EXPORT pid_t fork(void)
         vs_fork_child();
     else
         vs_fork_parent();
+    if (pid < 0)
+        vs_shm_fork_failed();
     errno = saved_errno;
     return pid;
 }

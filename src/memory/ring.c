@@ -111,6 +111,7 @@ int vs_ring_create(struct vs_ring *r, uint64_t capacity, enum vs_ring_role role)
     atomic_store_explicit((_Atomic uint32_t *)&sh->magic, RING_MAGIC, memory_order_release);
     r->capacity = capacity;
     r->pos = 0;
+    r->futex_signal = true;
     return 0;
 }
 
@@ -147,6 +148,7 @@ static int check_header(struct vs_ring *r)
     if (head - tail > capacity)
         return -EPROTO;
     r->pos = r->role == VS_RING_PRODUCER ? head : tail;
+    r->futex_signal = true;
     return 0;
 }
 
@@ -263,7 +265,8 @@ ssize_t vs_ring_write(struct vs_ring *r, const struct iovec *iov, int iovcnt)
     /* Release: the bytes are visible before the cursor that covers them. */
     r->pos += n;
     atomic_store_explicit(&sh->head, r->pos, memory_order_release);
-    vs_event_signal(&sh->data);
+    if (r->futex_signal)
+        vs_event_signal(&sh->data);
     return (ssize_t)n;
 }
 
@@ -282,7 +285,8 @@ ssize_t vs_ring_read(struct vs_ring *r, const struct iovec *iov, int iovcnt, int
     /* Release: our copy is done before the producer may reuse the space. */
     r->pos += n;
     atomic_store_explicit(&sh->tail, r->pos, memory_order_release);
-    vs_event_signal(&sh->space);
+    if (r->futex_signal)
+        vs_event_signal(&sh->space);
     return (ssize_t)n;
 }
 
@@ -314,6 +318,51 @@ int vs_ring_peer_closed(struct vs_ring *r)
     _Atomic uint32_t *flag =
         r->role == VS_RING_PRODUCER ? &r->sh->reader_closed : &r->sh->writer_closed;
     return atomic_load_explicit(flag, memory_order_acquire) != 0;
+}
+
+void vs_ring_arm(struct vs_ring *r, int delta)
+{
+    struct vs_event *ev = r->role == VS_RING_CONSUMER ? &r->sh->data : &r->sh->space;
+    if (delta > 0) {
+        atomic_fetch_add_explicit(&ev->waiters, 1, memory_order_relaxed);
+        atomic_thread_fence(memory_order_seq_cst);
+    } else {
+        atomic_fetch_sub_explicit(&ev->waiters, 1, memory_order_relaxed);
+    }
+}
+
+bool vs_ring_consumer_sleeping(struct vs_ring *r, uint64_t head_before)
+{
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&r->sh->data.waiters, memory_order_relaxed) == 0)
+        return false;
+    return atomic_load_explicit(&r->sh->tail, memory_order_relaxed) == head_before;
+}
+
+bool vs_ring_producer_sleeping(struct vs_ring *r)
+{
+    atomic_thread_fence(memory_order_seq_cst);
+    return atomic_load_explicit(&r->sh->space.waiters, memory_order_relaxed) != 0;
+}
+
+uint64_t vs_ring_head(struct vs_ring *r)
+{
+    return atomic_load_explicit(&r->sh->head, memory_order_acquire);
+}
+
+uint64_t vs_ring_tail(struct vs_ring *r)
+{
+    return atomic_load_explicit(&r->sh->tail, memory_order_acquire);
+}
+
+ssize_t vs_ring_unread_copy(struct vs_ring *r, uint64_t from, void *buf, size_t len)
+{
+    uint64_t tail = vs_ring_tail(r);
+    if (r->pos - tail > r->capacity || from - tail > r->pos - tail)
+        return -EPROTO;
+    size_t n = min_size(len, (size_t)(r->pos - from));
+    copy_out(r, from, buf, n);
+    return (ssize_t)n;
 }
 
 /* Wake-up conditions; a corrupt cursor also ends the wait, so that the

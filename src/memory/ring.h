@@ -19,6 +19,7 @@
 #ifndef VSOCKET_RING_H
 #define VSOCKET_RING_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -45,6 +46,10 @@ struct vs_ring {
     size_t map_size;
     int fd; /* the memfd, -1 once closed */
     enum vs_ring_role role;
+    /* Wake a vs_ring_wait() sleeper with FUTEX_WAKE after each operation
+     * (default). The socket layer sleeps in the kernel on its side channel
+     * instead and sets this to false: see vs_ring_arm(). */
+    bool futex_signal;
 };
 
 /* The capacity to use for a requested buffer size: the next power of two,
@@ -88,6 +93,28 @@ void vs_ring_close_reader(struct vs_ring *r);
 
 /* Whether the other side closed its end. */
 int vs_ring_peer_closed(struct vs_ring *r);
+
+/* Announces (DELTA 1) or withdraws (-1) a sleeper of our role: the peer
+ * then wakes us through the side channel. Full fence after announcing:
+ * look at the ring once more before sleeping. */
+void vs_ring_arm(struct vs_ring *r, int delta);
+
+/* After a write that started at HEAD_BEFORE (our cursor before it): whether
+ * the consumer may sleep waiting for it, i.e. it had read everything and
+ * announced a sleep. Full fence first, pairing with vs_ring_arm(). */
+bool vs_ring_consumer_sleeping(struct vs_ring *r, uint64_t head_before);
+
+/* After a read: whether the producer announced a sleep for space. */
+bool vs_ring_producer_sleeping(struct vs_ring *r);
+
+/* The producer's cursor (consumer side: how far the peer wrote) and the
+ * consumer's (producer side: how far the peer read), as published. */
+uint64_t vs_ring_head(struct vs_ring *r);
+uint64_t vs_ring_tail(struct vs_ring *r);
+
+/* Producer: copies the unread bytes from stream position FROM (a cursor
+ * value in [tail, head]) into BUF, at most LEN; -EPROTO if out of range. */
+ssize_t vs_ring_unread_copy(struct vs_ring *r, uint64_t from, void *buf, size_t len);
 
 /* Waits until the operation of our role can make progress: something to
  * read or end of stream (consumer), space or reader gone (producer), or the

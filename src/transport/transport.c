@@ -5,9 +5,9 @@
 
 static const char *const names[VS_TRANSPORT_COUNT] = {"kernel", "shm", "rdma"};
 
-/* shm and rdma are named now so that configuration can say "not built" rather
- * than "unknown"; they become true as their implementations land. */
-static const bool built[VS_TRANSPORT_COUNT] = {true, false, false};
+/* rdma is named now so that configuration can say "not built" rather than
+ * "unknown"; it becomes true when its implementation lands. */
+static const bool built[VS_TRANSPORT_COUNT] = {true, true, false};
 
 const char *vs_transport_name(enum vs_transport t)
 {

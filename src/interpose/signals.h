@@ -1,0 +1,15 @@
+/* signals.h - what the installed signal handlers ask of interrupted calls.
+ *
+ * A blocking call that vsocket serves itself sleeps in ppoll(), which the
+ * kernel never restarts. To behave like the socket call it replaces, it
+ * restarts after a handler only when every installed handler was set up
+ * with SA_RESTART (sigaction and signal are interposed to know). */
+#ifndef VSOCKET_SIGNALS_H
+#define VSOCKET_SIGNALS_H
+
+#include <stdbool.h>
+
+/* True when no installed handler lacks SA_RESTART. */
+bool vs_signals_restart(void);
+
+#endif

@@ -1,0 +1,179 @@
+/* conn.c - the life of a connection's shared-memory state: creation at
+ * connect/accept, holders across fork, teardown at the last close. */
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config/config.h"
+#include "config/log.h"
+#include "core/reason.h"
+#include "core/sock.h"
+#include "interpose/real.h"
+#include "transport/shm/conn.h"
+#include "transport/shm/proto.h"
+#include "transport/shm/shm.h"
+
+/* Every connection this process holds, for fork. */
+static pthread_mutex_t conns_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct vs_shm_conn *conns;
+
+long vs_shm_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000000000L + ts.tv_nsec;
+}
+
+long vs_shm_spin_ns(void)
+{
+    return vs_config.poll_us * 1000L;
+}
+
+/* The ring follows the socket's receive buffer, within bounds: a small ring
+ * costs throughput, a large one memory for every connection. */
+uint64_t vs_shm_ring_capacity(int fd)
+{
+    int rcvbuf = 0;
+    socklen_t len = sizeof(rcvbuf);
+    vs_real.getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, &len);
+    uint64_t want = rcvbuf > 0 ? (uint64_t)rcvbuf : 0;
+    if (want < vs_config.shm_ring_min)
+        want = vs_config.shm_ring_min;
+    if (want > vs_config.shm_ring_max)
+        want = vs_config.shm_ring_max;
+    return vs_ring_capacity_for(want);
+}
+
+static void list_add(struct vs_shm_conn *c)
+{
+    pthread_mutex_lock(&conns_lock);
+    c->prev = NULL;
+    c->next = conns;
+    if (conns)
+        conns->prev = c;
+    conns = c;
+    pthread_mutex_unlock(&conns_lock);
+}
+
+static void list_del(struct vs_shm_conn *c)
+{
+    pthread_mutex_lock(&conns_lock);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    pthread_mutex_unlock(&conns_lock);
+}
+
+struct vs_shm_conn *vs_shm_conn_new(bool accepter, int fd, const struct sockaddr *peer,
+                                    socklen_t len)
+{
+    struct vs_shm_conn *c =
+        mmap(NULL, sizeof(*c), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (c == MAP_FAILED)
+        return NULL;
+    /* A new anonymous mapping is zero: locks free, flags false. */
+    atomic_store(&c->holders, 1);
+    c->accepter = accepter;
+    c->chan = -1;
+    c->rendezvous = -1;
+    c->rx.fd = c->tx.fd = -1;
+    c->deadline_ns = vs_shm_now_ns() + (accepter ? 1000000000L : 2000000000L);
+    socklen_t llen = sizeof(c->local), plen = sizeof(c->peer);
+    if (peer && len <= sizeof(c->peer))
+        memcpy(&c->peer, peer, len);
+    if (vs_real.getsockname(fd, (void *)&c->local, &llen) < 0 ||
+        (!peer && vs_real.getpeername(fd, (void *)&c->peer, &plen) < 0) ||
+        (c->peer.ss_family != AF_INET && c->peer.ss_family != AF_INET6)) {
+        munmap(c, sizeof(*c));
+        return NULL;
+    }
+    atomic_store(&c->hs, accepter ? VS_HS_CONNECT : VS_HS_LISTEN);
+    list_add(c);
+    return c;
+}
+
+void vs_shm_conn_free(struct vs_shm_conn *c)
+{
+    list_del(c);
+    munmap(c, sizeof(*c));
+}
+
+static void close_fd(int *fd)
+{
+    if (*fd >= 0)
+        syscall(SYS_close, *fd);
+    *fd = -1;
+}
+
+void vs_shm_conn_fail(struct vs_shm_conn *c, const char *reason)
+{
+    if (!c->fail_reason)
+        c->fail_reason = reason;
+    close_fd(&c->rendezvous);
+    close_fd(&c->chan);
+    atomic_fetch_add(&c->gen, 1);
+    atomic_store_explicit(&c->hs, VS_HS_FAILED, memory_order_release);
+}
+
+/* The last holder leaves: the peer reads what we sent, then end of stream;
+ * what it sends from now on fails with EPIPE. Our mapping goes, the peer's
+ * stays valid until it closes too. */
+void vs_shm_release(struct vs_sock *s)
+{
+    struct vs_shm_conn *c = s->shm;
+    s->shm = NULL;
+    list_del(c);
+    bool last = atomic_fetch_sub(&c->holders, 1) == 1;
+    vs_plock_lock(&c->ctl_lock);
+    if (last && atomic_load(&c->tx_ready))
+        vs_ring_close_writer(&c->tx);
+    if (last && atomic_load(&c->rx_ready))
+        vs_ring_close_reader(&c->rx);
+    if (last && c->chan >= 0)
+        vs_shm_send_msg(c, VS_MSG_WAKE, 0, 0);
+    if (atomic_load(&c->tx_ready))
+        vs_ring_destroy(&c->tx);
+    if (atomic_load(&c->rx_ready))
+        vs_ring_destroy(&c->rx);
+    close_fd(&c->chan);
+    close_fd(&c->rendezvous);
+    vs_plock_unlock(&c->ctl_lock);
+    munmap(c, sizeof(*c));
+}
+
+/* The child of a fork holds every connection too: count it before the fork,
+ * so that a parent closing its copy at once cannot tear a connection down
+ * under the child. */
+void vs_shm_fork_prepare(void)
+{
+    pthread_mutex_lock(&conns_lock);
+    for (struct vs_shm_conn *c = conns; c; c = c->next)
+        atomic_fetch_add(&c->holders, 1);
+}
+
+void vs_shm_fork_parent(void)
+{
+    pthread_mutex_unlock(&conns_lock);
+}
+
+void vs_shm_fork_child(void)
+{
+    pthread_mutex_unlock(&conns_lock);
+}
+
+/* A failed fork gives the holders back. */
+void vs_shm_fork_failed(void)
+{
+    pthread_mutex_lock(&conns_lock);
+    for (struct vs_shm_conn *c = conns; c; c = c->next)
+        atomic_fetch_sub(&c->holders, 1);
+    pthread_mutex_unlock(&conns_lock);
+}

@@ -1,0 +1,118 @@
+/* conn.h - one connection's shared-memory transport state (internal to
+ * transport/shm and readiness).
+ *
+ * The state lives in its own MAP_SHARED anonymous page, never given to the
+ * peer: processes that share the socket after fork share it too. Fields
+ * marked (ctl) change under ctl_lock, (tx) under tx_lock, (rx) under rx_lock;
+ * the lock order is tx/rx before ctl. */
+#ifndef VSOCKET_SHM_CONN_H
+#define VSOCKET_SHM_CONN_H
+
+#include <netinet/in.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "memory/plock.h"
+#include "memory/ring.h"
+
+enum vs_shm_hs {
+    VS_HS_LISTEN,     /* connector: waiting for the accepter on the rendezvous */
+    VS_HS_WAIT_HELLO, /* connector: side channel open, HELLO not yet read */
+    VS_HS_WAIT_READY, /* connector: sent HELLO_ACK */
+    VS_HS_CONNECT,    /* accepter: the connector's rendezvous not reached yet */
+    VS_HS_WAIT_ACK,   /* accepter: sent HELLO */
+    VS_HS_DONE,       /* both rings in place */
+    VS_HS_FAILED,     /* stays on the kernel for good */
+};
+
+struct vs_shm_conn {
+    vs_plock ctl_lock, tx_lock, rx_lock;
+    _Atomic int holders; /* processes holding the socket */
+    _Atomic int hs;      /* enum vs_shm_hs (ctl) */
+    /* Bumped whenever what a poll set must watch changes (event fd, switch). */
+    _Atomic uint32_t gen;
+    bool accepter;
+    const char *fail_reason; /* (ctl) a static string */
+    int chan;                /* side channel, -1 until open (ctl) */
+    int rendezvous;          /* connector's listening socket, -1 when closed (ctl) */
+    long deadline_ns;        /* give up the handshake after this (ctl) */
+    _Atomic bool tcp_data_seen; /* bytes or EOF came on TCP before the handshake ended */
+    struct sockaddr_storage local, peer; /* as this side sees the TCP connection */
+
+    struct vs_ring rx;  /* we consume: created by us (valid when rx_ready) */
+    struct vs_ring tx;  /* we produce: the peer's receive ring (valid when tx_ready) */
+    _Atomic bool rx_ready, tx_ready;
+
+    /* Stream switch. Sender: after tx_switched, bytes go to the ring, the
+     * first of them being stream offset tx_switch_at. Receiver: read TCP
+     * until tcp_rx reaches rx_switch_at (once known), then the ring. */
+    uint64_t tcp_tx;          /* (tx) bytes the kernel accepted */
+    _Atomic bool tx_switched; /* (tx) */
+    bool tx_shut;             /* (tx) SHUT_WR on TCP before the switch: never switch */
+    uint64_t tcp_rx;          /* (rx) bytes read from TCP (peeks excluded) */
+    _Atomic bool rx_switch_known; /* (ctl) */
+    uint64_t rx_switch_at;        /* (ctl) */
+    _Atomic bool rx_on_ring;      /* (rx) */
+    /* The peer left the rings (REVERT): its ring ends at rx_revert_at, then TCP. */
+    _Atomic bool rx_reverted;
+    uint64_t rx_revert_at;
+    _Atomic bool rx_back_on_tcp;
+    /* The peer consumed tx_revert_consumed bytes of our transmit ring and left it:
+     * resend the rest on TCP, then send on TCP. */
+    _Atomic bool tx_revert_pending;
+    uint64_t tx_revert_consumed;
+    _Atomic bool tx_back_on_tcp;
+    /* The kernel reported the TCP socket readable or hung up after the switch:
+     * look at it before reporting an empty ring (peer death, REVERT data). */
+    _Atomic bool tcp_event;
+
+    struct vs_shm_conn *next, *prev; /* this process's list (conn.c) */
+};
+
+/* conn.c */
+/* PEER: the address connect() was given (the kernel may not know the peer
+ * yet), or NULL to ask the kernel. */
+struct vs_shm_conn *vs_shm_conn_new(bool accepter, int fd, const struct sockaddr *peer,
+                                    socklen_t len);
+void vs_shm_conn_free(struct vs_shm_conn *c); /* one never attached to a socket */
+void vs_shm_conn_fail(struct vs_shm_conn *c, const char *reason); /* (ctl) */
+uint64_t vs_shm_ring_capacity(int fd);
+long vs_shm_now_ns(void);
+
+/* handshake.c: advance the handshake without blocking (takes ctl_lock if
+ * free); reads and acts on every message waiting on the side channel. */
+void vs_shm_progress(struct vs_shm_conn *c, int fd);
+int vs_shm_rendezvous_listen(struct vs_shm_conn *c);
+void vs_shm_send_msg(struct vs_shm_conn *c, uint16_t type, uint64_t arg, uint64_t arg2);
+/* The fd whose readability means "look at the side channel", or -1. */
+int vs_shm_event_fd(struct vs_shm_conn *c);
+
+/* diag.c: the inode of the TCP socket with this exact 4-tuple, 0 if none. */
+uint64_t vs_shm_diag_inode(const struct sockaddr_storage *local,
+                           const struct sockaddr_storage *peer);
+
+static inline bool vs_shm_active(struct vs_shm_conn *c)
+{
+    return atomic_load_explicit(&c->hs, memory_order_acquire) != VS_HS_FAILED;
+}
+
+static inline bool vs_shm_done(struct vs_shm_conn *c)
+{
+    return atomic_load_explicit(&c->hs, memory_order_acquire) == VS_HS_DONE;
+}
+
+/* The receive side reads the ring now (switch point reached). */
+static inline bool vs_shm_rx_on_ring(struct vs_shm_conn *c)
+{
+    return atomic_load_explicit(&c->rx_on_ring, memory_order_acquire) &&
+           !atomic_load_explicit(&c->rx_back_on_tcp, memory_order_acquire);
+}
+
+static inline bool vs_shm_tx_on_ring(struct vs_shm_conn *c)
+{
+    return atomic_load_explicit(&c->tx_switched, memory_order_acquire) &&
+           !atomic_load_explicit(&c->tx_back_on_tcp, memory_order_acquire);
+}
+
+#endif

@@ -1,0 +1,100 @@
+/* diag.c - which socket holds a TCP 4-tuple, from NETLINK_SOCK_DIAG.
+ *
+ * This is how each end proves to the other that it holds the peer socket:
+ * it sends an O_PATH descriptor of its TCP socket, whose inode the verifier
+ * compares with the one the kernel reports for the mirrored 4-tuple. The
+ * query needs no privilege. */
+#include <errno.h>
+#include <linux/inet_diag.h>
+#include <linux/netlink.h>
+#include <linux/sock_diag.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "interpose/real.h"
+#include "transport/shm/conn.h"
+
+/* Fills ADDR (4 words, network order) and PORT; FAMILY is the family to ask
+ * for: a v4 address is asked for as v4-mapped when FAMILY is AF_INET6. */
+static void diag_addr(const struct sockaddr_storage *ss, int family, __be32 addr[4],
+                      __be16 *port)
+{
+    memset(addr, 0, 4 * sizeof(__be32));
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *in = (const void *)ss;
+        *port = in->sin_port;
+        if (family == AF_INET) {
+            addr[0] = in->sin_addr.s_addr;
+        } else {
+            addr[2] = htonl(0xffff);
+            addr[3] = in->sin_addr.s_addr;
+        }
+    } else {
+        const struct sockaddr_in6 *in6 = (const void *)ss;
+        *port = in6->sin6_port;
+        if (family == AF_INET && IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr))
+            memcpy(&addr[0], &in6->sin6_addr.s6_addr[12], 4);
+        else
+            memcpy(addr, &in6->sin6_addr, 16);
+    }
+}
+
+static uint64_t query(int family, const struct sockaddr_storage *local,
+                      const struct sockaddr_storage *peer)
+{
+    int nl = vs_real.socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+    if (nl < 0)
+        return 0;
+    struct {
+        struct nlmsghdr nlh;
+        struct inet_diag_req_v2 req;
+    } msg = {
+        .nlh = {.nlmsg_len = sizeof(msg), .nlmsg_type = SOCK_DIAG_BY_FAMILY,
+                .nlmsg_flags = NLM_F_REQUEST},
+        .req = {.sdiag_family = (uint8_t)family, .sdiag_protocol = IPPROTO_TCP,
+                .idiag_states = ~0u},
+    };
+    diag_addr(local, family, msg.req.id.idiag_src, &msg.req.id.idiag_sport);
+    diag_addr(peer, family, msg.req.id.idiag_dst, &msg.req.id.idiag_dport);
+    msg.req.id.idiag_cookie[0] = INET_DIAG_NOCOOKIE;
+    msg.req.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
+    uint64_t ino = 0;
+    union {
+        struct nlmsghdr h;
+        char buf[1024];
+    } reply;
+    if (vs_real.send(nl, &msg, sizeof(msg), 0) == (ssize_t)sizeof(msg)) {
+        ssize_t n = vs_real.recv(nl, &reply, sizeof(reply), 0);
+        if (n >= (ssize_t)NLMSG_LENGTH(sizeof(struct inet_diag_msg)) &&
+            NLMSG_OK(&reply.h, (size_t)n) && reply.h.nlmsg_type == SOCK_DIAG_BY_FAMILY) {
+            const struct inet_diag_msg *m = NLMSG_DATA(&reply.h);
+            ino = m->idiag_inode;
+        }
+    }
+    syscall(SYS_close, nl);
+    return ino;
+}
+
+static bool is_v4(const struct sockaddr_storage *ss)
+{
+    if (ss->ss_family == AF_INET)
+        return true;
+    const struct sockaddr_in6 *in6 = (const void *)ss;
+    return IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr);
+}
+
+uint64_t vs_shm_diag_inode(const struct sockaddr_storage *local,
+                           const struct sockaddr_storage *peer)
+{
+    /* The socket may be v4 or a v6 socket speaking v4-mapped: ask both. */
+    uint64_t ino = 0;
+    if (is_v4(local) && is_v4(peer))
+        ino = query(AF_INET, local, peer);
+    if (!ino)
+        ino = query(AF_INET6, local, peer);
+    return ino;
+}

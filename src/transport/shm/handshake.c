@@ -1,0 +1,466 @@
+/* handshake.c - the side channel: rendezvous, proof of identity, ring
+ * exchange, and the data-phase messages (proto.h).
+ *
+ * Nothing here blocks: every step is tried when the application calls into
+ * the socket, and a step that cannot proceed is retried at the next call.
+ * A handshake that does not complete in time leaves the connection on the
+ * kernel, which it never left. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "config/log.h"
+#include "interpose/real.h"
+#include "transport/shm/conn.h"
+#include "transport/shm/proto.h"
+
+#define MAX_FDS 2
+
+static void close_fd(int *fd)
+{
+    if (*fd >= 0)
+        syscall(SYS_close, *fd);
+    *fd = -1;
+}
+
+static size_t format_addr(char *out, size_t len, const struct sockaddr_storage *ss)
+{
+    char host[INET6_ADDRSTRLEN] = "?";
+    unsigned port = 0;
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *in = (const void *)ss;
+        inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+        port = ntohs(in->sin_port);
+    } else {
+        const struct sockaddr_in6 *in6 = (const void *)ss;
+        /* A v6 socket speaking to a v4 peer names it v4-mapped: the other
+         * end may be a plain v4 socket, so both must spell it the same. */
+        if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr))
+            inet_ntop(AF_INET, &in6->sin6_addr.s6_addr[12], host, sizeof(host));
+        else
+            inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+        port = ntohs(in6->sin6_port);
+    }
+    return (size_t)snprintf(out, len, "%s:%u", host, port);
+}
+
+/* The connector's rendezvous; the accepter computes the same name from the
+ * mirrored 4-tuple. */
+static socklen_t rendezvous_name(struct vs_shm_conn *c, struct sockaddr_un *un)
+{
+    const struct sockaddr_storage *conn_side = c->accepter ? &c->peer : &c->local;
+    const struct sockaddr_storage *acc_side = c->accepter ? &c->local : &c->peer;
+    memset(un, 0, sizeof(*un));
+    un->sun_family = AF_UNIX;
+    char *p = un->sun_path + 1;
+    size_t room = sizeof(un->sun_path) - 1;
+    size_t n = (size_t)snprintf(p, room, "%s", VS_SHM_RENDEZVOUS_PREFIX);
+    n += format_addr(p + n, room - n, conn_side);
+    n += (size_t)snprintf(p + n, room - n, "/");
+    n += format_addr(p + n, room - n, acc_side);
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
+}
+
+static int unix_socket(void)
+{
+    return vs_real.socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+}
+
+int vs_shm_rendezvous_listen(struct vs_shm_conn *c)
+{
+    struct sockaddr_un un;
+    socklen_t len = rendezvous_name(c, &un);
+    int fd = unix_socket();
+    if (fd < 0)
+        return -errno;
+    if (vs_real.bind(fd, (void *)&un, len) < 0 || vs_real.listen(fd, 4) < 0) {
+        int err = errno;
+        syscall(SYS_close, fd);
+        return -err;
+    }
+    c->rendezvous = fd;
+    return 0;
+}
+
+int vs_shm_event_fd(struct vs_shm_conn *c)
+{
+    int fd = c->chan;
+    return fd >= 0 ? fd : c->rendezvous;
+}
+
+static int send_with_fds(struct vs_shm_conn *c, const struct vs_shm_msg *m, const int *fds,
+                         int nfds)
+{
+    struct iovec iov = {.iov_base = (void *)m, .iov_len = sizeof(*m)};
+    union {
+        struct cmsghdr h;
+        char buf[CMSG_SPACE(MAX_FDS * sizeof(int))];
+    } ctl;
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (nfds > 0) {
+        memset(&ctl, 0, sizeof(ctl));
+        mh.msg_control = ctl.buf;
+        mh.msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int));
+        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
+        memcpy(CMSG_DATA(cm), fds, (size_t)nfds * sizeof(int));
+    }
+    ssize_t n = vs_real.sendmsg(c->chan, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+    return n == (ssize_t)sizeof(*m) ? 0 : -1;
+}
+
+static struct vs_shm_msg make_msg(uint16_t type, uint64_t arg, uint64_t arg2)
+{
+    struct vs_shm_msg m = {.magic = VS_SHM_MAGIC, .version = VS_SHM_VERSION, .type = type,
+                           .arg = arg, .arg2 = arg2};
+    return m;
+}
+
+void vs_shm_send_msg(struct vs_shm_conn *c, uint16_t type, uint64_t arg, uint64_t arg2)
+{
+    struct vs_shm_msg m = make_msg(type, arg, arg2);
+    send_with_fds(c, &m, NULL, 0);
+}
+
+/* One message and its descriptors. 1 on success, 0 when none is waiting,
+ * -1 when the channel is closed or the message is malformed (the
+ * descriptors of a malformed message are closed). */
+static int recv_msg(int chan, struct vs_shm_msg *m, int *fds, int *nfds)
+{
+    union {
+        struct cmsghdr h;
+        char buf[CMSG_SPACE(4 * sizeof(int))];
+    } ctl;
+    struct iovec iov = {.iov_base = m, .iov_len = sizeof(*m)};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+                        .msg_controllen = sizeof(ctl.buf)};
+    ssize_t n = vs_real.recvmsg(chan, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    if (n < 0)
+        return errno == EAGAIN || errno == EINTR ? 0 : -1;
+    *nfds = 0;
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+            continue;
+        size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < k; i++) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+            if (*nfds < MAX_FDS)
+                fds[(*nfds)++] = fd;
+            else
+                syscall(SYS_close, fd);
+        }
+    }
+    bool ok = n == (ssize_t)sizeof(*m) && !(mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) &&
+              m->magic == VS_SHM_MAGIC && m->version == VS_SHM_VERSION;
+    if (!ok) {
+        for (int i = 0; i < *nfds; i++)
+            close_fd(&fds[i]);
+        *nfds = 0;
+        return -1;
+    }
+    return 1;
+}
+
+static void close_fds(int *fds, int nfds)
+{
+    for (int i = 0; i < nfds; i++)
+        close_fd(&fds[i]);
+}
+
+/* The peer on CHAN runs under our uid (the default policy: a process of
+ * another user cannot attach to our rings). */
+static bool peer_uid_ok(int chan)
+{
+    struct ucred cred;
+    socklen_t len = sizeof(cred);
+    return vs_real.getsockopt(chan, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 &&
+           cred.uid == geteuid();
+}
+
+/* PROOF is an O_PATH descriptor of the peer's TCP socket: its inode must
+ * be that of the socket the kernel holds for the mirrored 4-tuple. */
+static bool proof_ok(struct vs_shm_conn *c, int proof)
+{
+    struct stat st;
+    if (fstat(proof, &st) < 0 || !S_ISSOCK(st.st_mode))
+        return false;
+    uint64_t ino = vs_shm_diag_inode(&c->peer, &c->local);
+    return ino != 0 && ino == (uint64_t)st.st_ino;
+}
+
+/* An O_PATH descriptor of our TCP socket: it allows fstat and nothing else,
+ * so proving our identity hands the peer no capability. */
+static int make_proof(int fd)
+{
+    char path[32];
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+    return (int)syscall(SYS_openat, AT_FDCWD, path, O_PATH | O_CLOEXEC);
+}
+
+static int create_rx_ring(struct vs_shm_conn *c, int fd)
+{
+    int rc = vs_ring_create(&c->rx, vs_shm_ring_capacity(fd), VS_RING_CONSUMER);
+    if (rc < 0)
+        return rc;
+    c->rx.futex_signal = false;
+    return 0;
+}
+
+static int attach_tx_ring(struct vs_shm_conn *c, int memfd)
+{
+    int rc = vs_ring_attach(&c->tx, memfd, VS_RING_PRODUCER);
+    if (rc < 0)
+        return rc;
+    c->tx.futex_signal = false;
+    vs_ring_close_fd(&c->tx);
+    atomic_store_explicit(&c->tx_ready, true, memory_order_release);
+    return 0;
+}
+
+static void decline(struct vs_shm_conn *c, const char *reason)
+{
+    if (c->chan >= 0)
+        vs_shm_send_msg(c, VS_MSG_DECLINE, 0, 0);
+    vs_info("shm handshake failed: %s", reason);
+    vs_shm_conn_fail(c, reason);
+}
+
+static void finish(struct vs_shm_conn *c)
+{
+    atomic_fetch_add(&c->gen, 1);
+    atomic_store_explicit(&c->hs, VS_HS_DONE, memory_order_release);
+    vs_debug("shm: connection upgraded");
+}
+
+/* Accepter: call the connector's rendezvous and introduce ourselves. */
+static void accepter_connect(struct vs_shm_conn *c, int fd)
+{
+    bool data_seen = atomic_load(&c->tcp_data_seen);
+    if (c->chan < 0 && (c->chan = unix_socket()) < 0)
+        return decline(c, "no-resources");
+    struct sockaddr_un un;
+    socklen_t len = rendezvous_name(c, &un);
+    if (vs_real.connect(c->chan, (void *)&un, len) < 0) {
+        /* A connector running vsocket listens before its connect() returns,
+         * so before it can send: once its bytes are here, it never will. */
+        if (data_seen || vs_shm_now_ns() > c->deadline_ns)
+            vs_shm_conn_fail(c, "peer-not-vsocket");
+        return;
+    }
+    if (!peer_uid_ok(c->chan))
+        return decline(c, "peer-credentials");
+    int proof = make_proof(fd);
+    struct vs_shm_msg m = make_msg(VS_MSG_HELLO, 0, 0);
+    int rc = proof < 0 ? -1 : send_with_fds(c, &m, &proof, 1);
+    close_fd(&proof);
+    if (rc < 0)
+        return decline(c, "no-resources");
+    atomic_fetch_add(&c->gen, 1);
+    atomic_store(&c->hs, VS_HS_WAIT_ACK);
+}
+
+/* Connector: take the accepter's call. Callers of another uid are turned
+ * away and we keep listening for the real one. */
+static void connector_accept(struct vs_shm_conn *c)
+{
+    bool data_seen = atomic_load(&c->tcp_data_seen);
+    for (;;) {
+        int chan = vs_real.accept4(c->rendezvous, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (chan < 0)
+            break;
+        if (peer_uid_ok(chan)) {
+            c->chan = chan;
+            atomic_fetch_add(&c->gen, 1);
+            atomic_store(&c->hs, VS_HS_WAIT_HELLO);
+            return;
+        }
+        vs_info("shm: refused a rendezvous caller of another uid");
+        syscall(SYS_close, chan);
+    }
+    /* An accepter running vsocket calls before it can send anything. */
+    if (data_seen || vs_shm_now_ns() > c->deadline_ns)
+        vs_shm_conn_fail(c, "peer-not-vsocket");
+}
+
+/* A caller that is not the peer, or that spoke nonsense: hang up on it and
+ * listen again, so that nobody can make a connection fall back merely by
+ * calling first. */
+static void connector_reject(struct vs_shm_conn *c, const char *why)
+{
+    vs_info("shm: rendezvous caller rejected: %s", why);
+    close_fd(&c->chan);
+    atomic_fetch_add(&c->gen, 1);
+    atomic_store(&c->hs, VS_HS_LISTEN);
+}
+
+static void connector_hello(struct vs_shm_conn *c, int fd, const struct vs_shm_msg *m, int *fds,
+                            int nfds)
+{
+    if (m->type != VS_MSG_HELLO || nfds != 1) {
+        close_fds(fds, nfds);
+        return connector_reject(c, "not a HELLO");
+    }
+    bool ok = proof_ok(c, fds[0]);
+    close_fds(fds, nfds);
+    if (!ok)
+        return connector_reject(c, "proof of identity failed");
+    int proof = make_proof(fd);
+    if (proof < 0 || create_rx_ring(c, fd) < 0) {
+        close_fd(&proof);
+        return decline(c, "no-resources");
+    }
+    struct vs_shm_msg ack = make_msg(VS_MSG_HELLO_ACK, c->rx.capacity, 0);
+    int out[2] = {proof, c->rx.fd};
+    int rc = send_with_fds(c, &ack, out, 2);
+    close_fd(&proof);
+    vs_ring_close_fd(&c->rx);
+    atomic_store_explicit(&c->rx_ready, true, memory_order_release);
+    if (rc < 0)
+        return decline(c, "no-resources");
+    atomic_store(&c->hs, VS_HS_WAIT_READY);
+}
+
+static void connector_ready(struct vs_shm_conn *c, const struct vs_shm_msg *m, int *fds, int nfds)
+{
+    if (m->type != VS_MSG_READY || nfds != 1) {
+        close_fds(fds, nfds);
+        return decline(c, m->type == VS_MSG_DECLINE ? "declined-by-peer" : "handshake-malformed");
+    }
+    int rc = attach_tx_ring(c, fds[0]);
+    if (rc < 0) {
+        close_fds(fds, nfds);
+        return decline(c, rc == -EPROTO ? "handshake-malformed" : "no-resources");
+    }
+    finish(c);
+}
+
+static void accepter_ack(struct vs_shm_conn *c, int fd, const struct vs_shm_msg *m, int *fds,
+                         int nfds)
+{
+    if (m->type != VS_MSG_HELLO_ACK || nfds != 2) {
+        close_fds(fds, nfds);
+        return decline(c, m->type == VS_MSG_DECLINE ? "declined-by-peer" : "handshake-malformed");
+    }
+    bool ok = proof_ok(c, fds[0]);
+    close_fd(&fds[0]);
+    if (!ok) {
+        close_fd(&fds[1]);
+        return decline(c, "peer-proof-failed");
+    }
+    int rc = attach_tx_ring(c, fds[1]);
+    if (rc < 0) {
+        close_fd(&fds[1]);
+        return decline(c, rc == -EPROTO ? "handshake-malformed" : "no-resources");
+    }
+    if (create_rx_ring(c, fd) < 0)
+        return decline(c, "no-resources");
+    struct vs_shm_msg ready = make_msg(VS_MSG_READY, c->rx.capacity, 0);
+    rc = send_with_fds(c, &ready, &c->rx.fd, 1);
+    vs_ring_close_fd(&c->rx);
+    atomic_store_explicit(&c->rx_ready, true, memory_order_release);
+    if (rc < 0)
+        return decline(c, "no-resources");
+    finish(c);
+}
+
+/* Data phase: a message from the verified peer. */
+static void data_message(struct vs_shm_conn *c, const struct vs_shm_msg *m, int *fds, int nfds)
+{
+    close_fds(fds, nfds);
+    switch (m->type) {
+    case VS_MSG_SWITCH:
+        if (!atomic_load(&c->rx_switch_known)) {
+            c->rx_switch_at = m->arg;
+            atomic_store_explicit(&c->rx_switch_known, true, memory_order_release);
+            atomic_fetch_add(&c->gen, 1);
+        }
+        break;
+    case VS_MSG_REVERT:
+        if (!atomic_load(&c->rx_reverted)) {
+            c->rx_revert_at = m->arg2;
+            atomic_store_explicit(&c->rx_reverted, true, memory_order_release);
+        }
+        if (!atomic_load(&c->tx_revert_pending)) {
+            c->tx_revert_consumed = m->arg;
+            atomic_store_explicit(&c->tx_revert_pending, true, memory_order_release);
+        }
+        atomic_fetch_add(&c->gen, 1);
+        break;
+    default: /* WAKE, or anything later versions add: nothing to do */
+        break;
+    }
+}
+
+/* Reads every waiting message and acts on it. */
+static void drain(struct vs_shm_conn *c, int fd)
+{
+    for (int budget = 64; budget > 0 && c->chan >= 0; budget--) {
+        struct vs_shm_msg m;
+        int fds[MAX_FDS], nfds = 0;
+        int r = recv_msg(c->chan, &m, fds, &nfds);
+        if (r == 0)
+            return;
+        enum vs_shm_hs hs = (enum vs_shm_hs)atomic_load(&c->hs);
+        if (r < 0) {
+            if (hs == VS_HS_WAIT_HELLO)
+                connector_reject(c, "malformed message or hang-up");
+            else if (hs == VS_HS_DONE)
+                close_fd(&c->chan); /* the peer left: TCP will say how */
+            else
+                decline(c, "handshake-malformed");
+            atomic_fetch_add(&c->gen, 1);
+            return;
+        }
+        switch (hs) {
+        case VS_HS_WAIT_HELLO:
+            connector_hello(c, fd, &m, fds, nfds);
+            break;
+        case VS_HS_WAIT_READY:
+            connector_ready(c, &m, fds, nfds);
+            break;
+        case VS_HS_WAIT_ACK:
+            accepter_ack(c, fd, &m, fds, nfds);
+            break;
+        case VS_HS_DONE:
+            data_message(c, &m, fds, nfds);
+            break;
+        default:
+            close_fds(fds, nfds);
+            return;
+        }
+    }
+}
+
+void vs_shm_progress(struct vs_shm_conn *c, int fd)
+{
+    if (!vs_shm_active(c) || !vs_plock_trylock(&c->ctl_lock))
+        return;
+    enum vs_shm_hs hs = (enum vs_shm_hs)atomic_load(&c->hs);
+    if (hs == VS_HS_CONNECT)
+        accepter_connect(c, fd);
+    else if (hs == VS_HS_LISTEN)
+        connector_accept(c);
+    hs = (enum vs_shm_hs)atomic_load(&c->hs);
+    if (hs != VS_HS_FAILED && hs != VS_HS_LISTEN && hs != VS_HS_CONNECT)
+        drain(c, fd);
+    /* Listening again after a rejected caller: the real one may be queued. */
+    if (atomic_load(&c->hs) == VS_HS_LISTEN && hs != VS_HS_LISTEN)
+        connector_accept(c);
+    if (atomic_load(&c->hs) == VS_HS_DONE || atomic_load(&c->hs) == VS_HS_FAILED)
+        close_fd(&c->rendezvous);
+    if (atomic_load(&c->hs) != VS_HS_DONE && atomic_load(&c->hs) != VS_HS_FAILED &&
+        vs_shm_now_ns() > c->deadline_ns + 1000000000L)
+        vs_shm_conn_fail(c, "handshake-timeout");
+    vs_plock_unlock(&c->ctl_lock);
+}

@@ -1,0 +1,555 @@
+/* io.c - the data path of a connection that may have moved to the rings.
+ *
+ * Each direction is on TCP until its sender switches it (SWITCH carries the
+ * stream offset S of the first ring byte); the receiver reads TCP up to S,
+ * then the ring. A send completes once its bytes are in the ring, so close
+ * never loses anything: the peer still maps the ring and reads it out. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <linux/sockios.h>
+
+#include "interpose/real.h"
+#include "interpose/signals.h"
+#include "transport/shm/conn.h"
+#include "transport/shm/proto.h"
+#include "transport/shm/shm.h"
+#include "transport/shm/shm_internal.h"
+
+#define NO_LIMIT UINT64_MAX
+
+static size_t iov_total(const struct iovec *iov, size_t cnt)
+{
+    size_t t = 0;
+    for (size_t i = 0; i < cnt; i++)
+        t += iov[i].iov_len;
+    return t;
+}
+
+/* OUT = the part of IN after SKIP bytes, at most LIMIT long. */
+static int iov_window(const struct iovec *in, int cnt, size_t skip, uint64_t limit,
+                      struct iovec *out)
+{
+    int n = 0;
+    for (int i = 0; i < cnt && limit > 0; i++) {
+        size_t len = in[i].iov_len;
+        if (skip >= len) {
+            skip -= len;
+            continue;
+        }
+        size_t take = len - skip;
+        if (take > limit)
+            take = (size_t)limit;
+        out[n].iov_base = (char *)in[i].iov_base + skip;
+        out[n].iov_len = take;
+        n++;
+        limit -= take;
+        skip = 0;
+    }
+    return n;
+}
+
+static bool fd_nonblocking(int fd)
+{
+    long fl = syscall(SYS_fcntl, fd, F_GETFL);
+    return fl >= 0 && (fl & O_NONBLOCK);
+}
+
+/* A timeout option as nanoseconds; -1 when none. */
+static long sock_timeout_ns(int fd, int opt)
+{
+    struct timeval tv = {0, 0};
+    socklen_t len = sizeof(tv);
+    if (vs_real.getsockopt(fd, SOL_SOCKET, opt, &tv, &len) < 0 || (!tv.tv_sec && !tv.tv_usec))
+        return -1;
+    return tv.tv_sec * 1000000000L + tv.tv_usec * 1000L;
+}
+
+/* State of one blocking call: its deadline, known once it first blocks. */
+struct blocking {
+    int opt; /* SO_RCVTIMEO or SO_SNDTIMEO */
+    bool started;
+    long timeout_ns, deadline;
+};
+
+static void raise_sigpipe(int flags)
+{
+    if (!(flags & MSG_NOSIGNAL))
+        syscall(SYS_tgkill, getpid(), (pid_t)syscall(SYS_gettid), SIGPIPE);
+}
+
+/* What the kernel says of the TCP socket once the data moved to the rings:
+ * 1 bytes waiting (REVERT, or a protocol violation), 0 end of stream (the
+ * peer is gone), -errno (reset), -EAGAIN nothing. */
+static int tcp_peek(int fd)
+{
+    char b;
+    ssize_t n = vs_real.recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n > 0 ? 1 : n == 0 ? 0 : -errno;
+}
+
+/* Sleeps until the ring of our role may have changed, the side channel has
+ * news or the TCP socket an event. 0, -EINTR or -ETIMEDOUT. */
+static int sleep_on(struct vs_shm_conn *c, int fd, struct vs_ring *ring, short tcp_events,
+                    struct blocking *b)
+{
+    if (!b->started) {
+        b->started = true;
+        b->timeout_ns = sock_timeout_ns(fd, b->opt);
+        b->deadline = b->timeout_ns < 0 ? -1 : vs_shm_now_ns() + b->timeout_ns;
+    }
+    bool want_data = ring && ring->role == VS_RING_CONSUMER;
+    if (ring && vs_shm_spin(ring, want_data))
+        return 0;
+    struct pollfd p[2] = {{.fd = fd, .events = tcp_events}, {.fd = vs_shm_event_fd(c), .events = POLLIN}};
+    struct timespec ts, *tsp = NULL;
+    if (b->deadline >= 0) {
+        long left = b->deadline - vs_shm_now_ns();
+        if (left <= 0)
+            return -ETIMEDOUT;
+        ts.tv_sec = left / 1000000000L;
+        ts.tv_nsec = left % 1000000000L;
+        tsp = &ts;
+    }
+    if (ring) {
+        vs_ring_arm(ring, 1);
+        if (vs_shm_ring_ready(ring, want_data)) {
+            vs_ring_arm(ring, -1);
+            return 0;
+        }
+    }
+    int n = (int)syscall(SYS_ppoll, p, p[1].fd >= 0 ? 2 : 1, tsp, NULL, _NSIG / 8);
+    int err = errno;
+    if (ring)
+        vs_ring_arm(ring, -1);
+    if (n < 0)
+        return err == EINTR ? -EINTR : 0;
+    if (n == 0 && tsp)
+        return -ETIMEDOUT;
+    if (p[0].revents)
+        atomic_store(&c->tcp_event, true);
+    if (n > 0 && p[1].revents)
+        vs_shm_progress(c, fd);
+    return 0;
+}
+
+/* After a wait failed: whether the call goes on (a signal whose handler
+ * asked for restarts, as the kernel would), else the errno to return. */
+static int wait_failed(int rc, const struct blocking *b)
+{
+    if (rc == -ETIMEDOUT)
+        return EAGAIN;
+    if (b->timeout_ns < 0 && vs_signals_restart())
+        return 0;
+    return EINTR;
+}
+
+/* Receive side, TCP phase: reads at most LIMIT bytes without blocking. */
+static ssize_t tcp_read(int fd, struct msghdr *msg, size_t skip, uint64_t limit, int flags)
+{
+    struct iovec win[msg->msg_iovlen ? msg->msg_iovlen : 1];
+    struct msghdr m = *msg;
+    m.msg_iov = win;
+    m.msg_iovlen = (size_t)iov_window(msg->msg_iov, (int)msg->msg_iovlen, skip, limit, win);
+    ssize_t n = vs_real.recvmsg(fd, &m, (flags & ~MSG_WAITALL) | MSG_DONTWAIT);
+    msg->msg_flags = m.msg_flags;
+    return n;
+}
+
+/* Receive side, ring phase, nothing in the ring: the peer's end of stream,
+ * its death, or its return to TCP. 1 read TCP now, 0 end of stream,
+ * -EAGAIN nothing, -errno. */
+static int ring_empty(struct vs_shm_conn *c, int fd)
+{
+    if (atomic_load(&c->rx_reverted) && c->rx.pos == c->rx_revert_at) {
+        atomic_store(&c->rx_back_on_tcp, true);
+        return 1;
+    }
+    if (!atomic_exchange(&c->tcp_event, false))
+        return -EAGAIN;
+    int t = tcp_peek(fd);
+    if (t == -EAGAIN)
+        return -EAGAIN;
+    atomic_store(&c->tcp_event, true); /* still true next time */
+    if (t > 0) {
+        /* Bytes on TCP after the switch: legal only after REVERT. */
+        vs_shm_progress(c, fd);
+        if (atomic_load(&c->rx_reverted))
+            return -EAGAIN; /* read the ring up to the revert point first */
+        return -ECONNRESET;
+    }
+    if (t < 0)
+        return t;
+    /* The peer is gone. What it published before it went comes first. */
+    if (vs_ring_readable(&c->rx) != 0 || vs_ring_peer_closed(&c->rx))
+        return 1;
+    /* It died without closing its ring. Like the kernel, which resets a
+     * connection closed with unread data: reset if it left our bytes
+     * unread, else end of stream. */
+    if (atomic_load(&c->tx_ready) && vs_ring_readable(&c->tx) > 0)
+        return -ECONNRESET;
+    return 0;
+}
+
+ssize_t vs_shm_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags)
+{
+    struct vs_shm_conn *c = s->shm;
+    vs_shm_sync(s, fd);
+    if (!vs_shm_active(c))
+        return vs_real.recvmsg(fd, msg, flags);
+    size_t want = iov_total(msg->msg_iov, msg->msg_iovlen);
+    if (want == 0 || (flags & MSG_OOB))
+        return vs_real.recvmsg(fd, msg, flags);
+    bool nonblock = (flags & MSG_DONTWAIT) != 0;
+    size_t target = (flags & MSG_WAITALL) && !(flags & MSG_PEEK) ? want : 1;
+    struct blocking b = {.opt = SO_RCVTIMEO};
+    size_t total = 0;
+    int err = 0;
+    msg->msg_flags = 0;
+    vs_plock_lock(&c->rx_lock);
+    for (;;) {
+        ssize_t n;
+        if (!vs_shm_rx_on_ring(c)) {
+            uint64_t limit = NO_LIMIT;
+            if (atomic_load(&c->rx_switch_known) && !atomic_load(&c->rx_back_on_tcp)) {
+                limit = c->rx_switch_at - c->tcp_rx;
+                if (limit == 0) {
+                    atomic_store(&c->rx_on_ring, true);
+                    continue;
+                }
+            }
+            n = tcp_read(fd, msg, total, limit, flags);
+            if (n > 0) {
+                atomic_store(&c->tcp_data_seen, true);
+                if (!(flags & MSG_PEEK))
+                    c->tcp_rx += (uint64_t)n;
+                total += (size_t)n;
+                if (total >= target)
+                    break;
+                continue;
+            }
+            if (n < 0 && errno != EAGAIN) {
+                err = errno;
+                break;
+            }
+            if (n == 0)
+                atomic_store(&c->tcp_data_seen, true);
+            /* Empty or end of stream: the peer may have switched meanwhile. */
+            bool knew = atomic_load(&c->rx_switch_known);
+            vs_shm_progress(c, fd);
+            if (!knew && atomic_load(&c->rx_switch_known))
+                continue;
+            if (n == 0)
+                break;
+        } else {
+            struct iovec win[msg->msg_iovlen];
+            int cnt = iov_window(msg->msg_iov, (int)msg->msg_iovlen, total, NO_LIMIT, win);
+            n = vs_ring_read(&c->rx, win, cnt, (flags & MSG_PEEK) ? VS_RING_PEEK : 0);
+            if (n > 0) {
+                if (!(flags & MSG_PEEK) && vs_ring_producer_sleeping(&c->rx))
+                    vs_shm_send_msg(c, VS_MSG_WAKE, 0, 0);
+                total += (size_t)n;
+                if (total >= target)
+                    break;
+                continue;
+            }
+            if (n == 0)
+                break;
+            if (n == -EPROTO) {
+                err = ECONNRESET;
+                break;
+            }
+            int e = ring_empty(c, fd);
+            if (e == 1)
+                continue;
+            if (e == 0)
+                break;
+            if (e != -EAGAIN) {
+                err = -e;
+                break;
+            }
+        }
+        /* Nothing more for now. */
+        if (total > 0 && total >= target)
+            break;
+        if (nonblock || fd_nonblocking(fd)) {
+            err = total ? 0 : EAGAIN;
+            break;
+        }
+        bool ring = vs_shm_rx_on_ring(c);
+        int rc = sleep_on(c, fd, ring ? &c->rx : NULL, POLLIN | POLLRDHUP, &b);
+        if (rc < 0 && (err = wait_failed(rc, &b)) != 0)
+            break;
+    }
+    vs_plock_unlock(&c->rx_lock);
+    if (total > 0)
+        return (ssize_t)total;
+    if (err) {
+        errno = err;
+        return -1;
+    }
+    return 0;
+}
+
+/* Sender: move to the ring at the next byte, once the peer's ring is ours. */
+static void maybe_switch(struct vs_shm_conn *c)
+{
+    if (atomic_load(&c->tx_switched) || c->tx_shut || !atomic_load(&c->tx_ready))
+        return;
+    vs_plock_lock(&c->ctl_lock);
+    if (c->chan >= 0) {
+        struct vs_shm_msg m = {.magic = VS_SHM_MAGIC, .version = VS_SHM_VERSION,
+                               .type = VS_MSG_SWITCH, .arg = c->tcp_tx};
+        struct iovec iov = {&m, sizeof(m)};
+        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+        /* Only once the receiver is sure to learn S may a byte go to the ring. */
+        if (vs_real.sendmsg(c->chan, &mh, MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)sizeof(m)) {
+            atomic_store(&c->tx_switched, true);
+            atomic_fetch_add(&c->gen, 1);
+        }
+    }
+    vs_plock_unlock(&c->ctl_lock);
+}
+
+/* The peer left the rings (exec): what it did not read of ours goes on TCP,
+ * ahead of everything we send from now on. */
+static int finish_revert(struct vs_shm_conn *c, int fd)
+{
+    char buf[16384];
+    uint64_t at = c->tx_revert_consumed;
+    for (;;) {
+        ssize_t n = vs_ring_unread_copy(&c->tx, at, buf, sizeof(buf));
+        if (n < 0)
+            return -ECONNRESET;
+        if (n == 0)
+            break;
+        for (ssize_t off = 0; off < n;) {
+            ssize_t w = vs_real.send(fd, buf + off, (size_t)(n - off), MSG_NOSIGNAL);
+            if (w < 0) {
+                if (errno == EINTR)
+                    continue;
+                if (errno == EAGAIN) {
+                    struct pollfd p = {.fd = fd, .events = POLLOUT};
+                    syscall(SYS_ppoll, &p, 1, NULL, NULL, _NSIG / 8);
+                    continue;
+                }
+                return -errno;
+            }
+            off += w;
+        }
+        at += (uint64_t)n;
+    }
+    atomic_store(&c->tx_back_on_tcp, true);
+    atomic_fetch_add(&c->gen, 1);
+    return 0;
+}
+
+/* Writes the whole of IOV into the ring, or as much as fits without
+ * blocking. Bytes written, or -errno. */
+static ssize_t ring_send(struct vs_shm_conn *c, int fd, const struct iovec *iov, int iovcnt,
+                         int flags)
+{
+    size_t want = iov_total(iov, (size_t)iovcnt), total = 0;
+    bool nonblock = (flags & MSG_DONTWAIT) != 0;
+    struct blocking b = {.opt = SO_SNDTIMEO};
+    struct iovec win[iovcnt ? iovcnt : 1];
+    while (total < want) {
+        int cnt = iov_window(iov, iovcnt, total, NO_LIMIT, win);
+        uint64_t head_before = c->tx.pos;
+        ssize_t n = vs_ring_write(&c->tx, win, cnt);
+        if (n > 0) {
+            if (vs_ring_consumer_sleeping(&c->tx, head_before))
+                vs_shm_send_msg(c, VS_MSG_WAKE, 0, 0);
+            total += (size_t)n;
+            continue;
+        }
+        if (n == -EPIPE) {
+            if (total)
+                break;
+            raise_sigpipe(flags);
+            return -EPIPE;
+        }
+        if (n == -EPROTO || atomic_load(&c->tx_revert_pending))
+            return total ? (ssize_t)total : n == -EPROTO ? -ECONNRESET : -EAGAIN;
+        if (nonblock || fd_nonblocking(fd))
+            return total ? (ssize_t)total : -EAGAIN;
+        int rc = sleep_on(c, fd, &c->tx, POLLRDHUP, &b);
+        if (rc < 0) {
+            int e = wait_failed(rc, &b);
+            if (e)
+                return total ? (ssize_t)total : -e;
+        }
+        if (atomic_exchange(&c->tcp_event, false)) {
+            /* The peer is gone: its side of TCP ended. */
+            int t = tcp_peek(fd);
+            atomic_store(&c->tcp_event, true);
+            if (t == 0 || (t < 0 && t != -EAGAIN)) {
+                if (total)
+                    break;
+                raise_sigpipe(flags);
+                return t < 0 ? t : -EPIPE;
+            }
+        }
+    }
+    return (ssize_t)total;
+}
+
+ssize_t vs_shm_sendmsg(struct vs_sock *s, int fd, const struct msghdr *msg, int flags)
+{
+    struct vs_shm_conn *c = s->shm;
+    vs_shm_sync(s, fd);
+    if (!vs_shm_active(c) || (flags & MSG_OOB))
+        return vs_real.sendmsg(fd, msg, flags);
+    vs_plock_lock(&c->tx_lock);
+    if (atomic_load(&c->tx_revert_pending) && !atomic_load(&c->tx_back_on_tcp) &&
+        atomic_load(&c->tx_switched)) {
+        int rc = finish_revert(c, fd);
+        if (rc < 0) {
+            vs_plock_unlock(&c->tx_lock);
+            errno = -rc;
+            return -1;
+        }
+    }
+    maybe_switch(c);
+    ssize_t n;
+    if (!vs_shm_tx_on_ring(c)) {
+        n = vs_real.sendmsg(fd, msg, flags);
+        if (n > 0)
+            c->tcp_tx += (uint64_t)n;
+    } else {
+        n = ring_send(c, fd, msg->msg_iov, (int)msg->msg_iovlen, flags);
+        if (n < 0) {
+            errno = (int)-n;
+            n = -1;
+        }
+    }
+    vs_plock_unlock(&c->tx_lock);
+    return n;
+}
+
+ssize_t vs_shm_sendfile(struct vs_sock *s, int fd, int in_fd, off_t *offset, size_t count)
+{
+    struct vs_shm_conn *c = s->shm;
+    vs_shm_sync(s, fd);
+    if (vs_shm_active(c)) {
+        vs_plock_lock(&c->tx_lock);
+        maybe_switch(c);
+        vs_plock_unlock(&c->tx_lock);
+    }
+    if (!vs_shm_active(c) || !vs_shm_tx_on_ring(c)) {
+        if (!vs_shm_active(c))
+            return vs_real.sendfile(fd, in_fd, offset, count);
+        vs_plock_lock(&c->tx_lock);
+        ssize_t n = vs_real.sendfile(fd, in_fd, offset, count);
+        if (n > 0)
+            c->tcp_tx += (uint64_t)n;
+        vs_plock_unlock(&c->tx_lock);
+        return n;
+    }
+    /* The file's bytes pass through a buffer: read exactly what the ring
+     * can take, so that nothing read is ever left over. */
+    char buf[16384];
+    size_t total = 0;
+    ssize_t rc = 0;
+    vs_plock_lock(&c->tx_lock);
+    while (total < count) {
+        ssize_t room = vs_ring_writable(&c->tx);
+        size_t chunk = count - total < sizeof(buf) ? count - total : sizeof(buf);
+        if (room > 0 && (size_t)room < chunk)
+            chunk = (size_t)room;
+        if (room <= 0 && fd_nonblocking(fd)) {
+            rc = total ? 0 : -EAGAIN;
+            break;
+        }
+        ssize_t got = offset ? pread(in_fd, buf, chunk, *offset) : read(in_fd, buf, chunk);
+        if (got <= 0) {
+            rc = got < 0 ? -errno : 0;
+            break;
+        }
+        struct iovec iov = {buf, (size_t)got};
+        ssize_t n = ring_send(c, fd, &iov, 1, MSG_NOSIGNAL);
+        if (n < 0) {
+            rc = n;
+            break;
+        }
+        if (offset)
+            *offset += n;
+        total += (size_t)n;
+        if (n < got) {
+            /* Non-blocking and the ring filled up: give back what did not fit. */
+            if (!offset)
+                lseek(in_fd, n - got, SEEK_CUR);
+            break;
+        }
+    }
+    vs_plock_unlock(&c->tx_lock);
+    if (total > 0)
+        return (ssize_t)total;
+    if (rc < 0) {
+        if (rc == -EPIPE)
+            raise_sigpipe(0);
+        errno = (int)-rc;
+        return -1;
+    }
+    return 0;
+}
+
+int vs_shm_shutdown(struct vs_sock *s, int fd, int how)
+{
+    struct vs_shm_conn *c = s->shm;
+    if (!vs_shm_active(c) || (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR))
+        return vs_real.shutdown(fd, how);
+    int r = 0;
+    if (how != SHUT_RD) {
+        vs_plock_lock(&c->tx_lock);
+        if (vs_shm_tx_on_ring(c)) {
+            vs_ring_close_writer(&c->tx);
+            vs_shm_send_msg(c, VS_MSG_WAKE, 0, 0);
+        } else {
+            c->tx_shut = true;
+            r = vs_real.shutdown(fd, SHUT_WR);
+        }
+        vs_plock_unlock(&c->tx_lock);
+    }
+    if (how != SHUT_WR) {
+        int saved = errno;
+        int rr = vs_real.shutdown(fd, SHUT_RD);
+        if (atomic_load(&c->rx_ready)) {
+            vs_ring_close_reader(&c->rx);
+            vs_shm_send_msg(c, VS_MSG_WAKE, 0, 0);
+        }
+        if (r == 0 && rr < 0)
+            r = rr;
+        else
+            errno = saved;
+    }
+    return r;
+}
+
+bool vs_shm_ioctl(struct vs_sock *s, int fd, unsigned long req, int *value)
+{
+    struct vs_shm_conn *c = s->shm;
+    if (!vs_shm_active(c))
+        return false;
+    if (req == FIONREAD) {
+        if (!vs_shm_rx_on_ring(c))
+            return false;
+        ssize_t n = vs_ring_readable(&c->rx);
+        *value = n < 0 ? 0 : n > INT_MAX ? INT_MAX : (int)n;
+        return true;
+    }
+    if (req == SIOCOUTQ && vs_shm_tx_on_ring(c)) {
+        ssize_t n = vs_ring_readable(&c->tx);
+        *value = n < 0 ? 0 : n > INT_MAX ? INT_MAX : (int)n;
+        return true;
+    }
+    (void)fd;
+    return false;
+}

@@ -1,0 +1,50 @@
+/* proto.h - the messages of the shared-memory side channel.
+ *
+ * The side channel is an AF_UNIX SOCK_SEQPACKET connection between the two
+ * processes holding the two ends of one TCP connection. Nothing of it ever
+ * travels on the TCP stream. Every message is one fixed-size record; the
+ * descriptors it carries (SCM_RIGHTS) are listed per type. Anything else
+ * (wrong size, magic, version or type, unexpected descriptors) is refused.
+ *
+ * Handshake (the accepting side A calls the connecting side C):
+ *   A -> C  HELLO                     [proof: O_PATH fd of A's TCP socket]
+ *   C -> A  HELLO_ACK arg=capacity    [proof of C's socket, memfd of C's receive ring]
+ *   A -> C  READY     arg=capacity    [memfd of A's receive ring]
+ *   either  DECLINE   arg=reason
+ * Data phase:
+ *   SWITCH  arg=S   the sender's bytes after stream offset S are in the ring
+ *   WAKE            the ring changed while the other side slept
+ *   REVERT  arg=consumed, arg2=end: the sender of REVERT leaves the rings (exec):
+ *           it consumed `consumed` bytes of its receive ring (resend the rest
+ *           on TCP) and its transmit ring ends at `end` (read TCP after it). */
+#ifndef VSOCKET_SHM_PROTO_H
+#define VSOCKET_SHM_PROTO_H
+
+#include <stdint.h>
+
+#define VS_SHM_MAGIC 0x314b5356u /* "VSK1" */
+#define VS_SHM_VERSION 1u
+
+enum vs_shm_msg_type {
+    VS_MSG_HELLO = 1,
+    VS_MSG_HELLO_ACK,
+    VS_MSG_READY,
+    VS_MSG_DECLINE,
+    VS_MSG_SWITCH,
+    VS_MSG_WAKE,
+    VS_MSG_REVERT,
+};
+
+struct vs_shm_msg {
+    uint32_t magic;
+    uint16_t version;
+    uint16_t type;
+    uint64_t arg;
+    uint64_t arg2;
+};
+
+/* The abstract AF_UNIX name the connecting side listens on:
+ * "\0vsocket/1/<its address>:<port>/<peer address>:<port>". */
+#define VS_SHM_RENDEZVOUS_PREFIX "vsocket/1/"
+
+#endif

@@ -1,0 +1,310 @@
+/* shm.c - which connections try the shared-memory transport, what the
+ * statistics say of them, and their readiness as poll and epoll see it. */
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "config/config.h"
+#include "config/log.h"
+#include "core/reason.h"
+#include "interpose/real.h"
+#include "transport/shm/conn.h"
+#include "transport/shm/shm.h"
+#include "transport/shm/shm_internal.h"
+
+static bool tcp_stream(const struct vs_sock *s)
+{
+    return s->type == SOCK_STREAM && (s->protocol == 0 || s->protocol == IPPROTO_TCP);
+}
+
+static bool eligible(struct vs_sock *s)
+{
+    return (vs_config.transports & VS_TRANSPORT_BIT(VS_TRANSPORT_SHM)) && tcp_stream(s) &&
+           !s->shm && !atomic_load(&s->in_epoll_plain);
+}
+
+static bool is_loopback(const struct sockaddr_storage *ss)
+{
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *in = (const void *)ss;
+        return (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+    }
+    const struct sockaddr_in6 *in6 = (const void *)ss;
+    if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr))
+        return in6->sin6_addr.s6_addr[12] == 127;
+    return IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr);
+}
+
+static bool same_addr(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+{
+    if (a->ss_family != b->ss_family)
+        return false;
+    if (a->ss_family == AF_INET)
+        return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
+               ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+    return memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+                  &((const struct sockaddr_in6 *)b)->sin6_addr, sizeof(struct in6_addr)) == 0;
+}
+
+/* Same host: a loopback peer, or one that has our own address. */
+static bool peer_is_local(const struct vs_shm_conn *c)
+{
+    return is_loopback(&c->peer) || same_addr(&c->local, &c->peer);
+}
+
+static void attach(struct vs_sock *s, struct vs_shm_conn *c)
+{
+    s->shm = c;
+    s->shm_shown = -1;
+    vs_stats_set_reason(s->stat, VS_REASON_PENDING);
+}
+
+void vs_shm_on_connect(struct vs_sock *s, int fd, const struct sockaddr *peer, socklen_t len)
+{
+    if (!eligible(s))
+        return;
+    struct vs_shm_conn *c = vs_shm_conn_new(false, fd, peer, len);
+    if (!c)
+        return;
+    if (!peer_is_local(c)) {
+        vs_stats_set_reason(s->stat, VS_REASON_PEER_NOT_LOCAL);
+        vs_shm_conn_free(c);
+        return;
+    }
+    int rc = vs_shm_rendezvous_listen(c);
+    if (rc < 0) {
+        /* EADDRINUSE: someone holds our name. We do not upgrade; the peer
+         * will find a caller that cannot prove it holds our socket. */
+        vs_info("fd %d: shm rendezvous unavailable (%s): staying on the kernel", fd,
+                strerror(-rc));
+        vs_stats_set_reason(s->stat, "rendezvous-unavailable");
+        vs_shm_conn_free(c);
+        return;
+    }
+    attach(s, c);
+}
+
+void vs_shm_on_accept(struct vs_sock *s, int fd)
+{
+    if (!eligible(s))
+        return;
+    struct vs_shm_conn *c = vs_shm_conn_new(true, fd, NULL, 0);
+    if (!c)
+        return;
+    if (!peer_is_local(c)) {
+        vs_stats_set_reason(s->stat, VS_REASON_PEER_NOT_LOCAL);
+        vs_shm_conn_free(c);
+        return;
+    }
+    attach(s, c);
+    vs_shm_sync(s, fd);
+}
+
+void vs_shm_sync(struct vs_sock *s, int fd)
+{
+    struct vs_shm_conn *c = s->shm;
+    int hs = atomic_load_explicit(&c->hs, memory_order_acquire);
+    if (hs == s->shm_shown)
+        return;
+    if (hs != VS_HS_DONE && hs != VS_HS_FAILED) {
+        vs_shm_progress(c, fd);
+        hs = atomic_load_explicit(&c->hs, memory_order_acquire);
+    }
+    if (hs != VS_HS_DONE && hs != VS_HS_FAILED)
+        return;
+    s->shm_shown = hs;
+    if (hs == VS_HS_DONE) {
+        s->transport = VS_TRANSPORT_SHM;
+        vs_stats_set_transport(s->stat, VS_TRANSPORT_SHM, "");
+        vs_info("fd %d: upgraded to shm (rings of %lu and %lu bytes)", fd,
+                (unsigned long)c->rx.capacity, (unsigned long)c->tx.capacity);
+    } else {
+        const char *why = c->fail_reason ? c->fail_reason : VS_REASON_PEER_NOT_VSOCKET;
+        vs_stats_set_reason(s->stat, why);
+        vs_info("fd %d: stays on the kernel: %s", fd, why);
+    }
+}
+
+bool vs_shm_ring_ready(struct vs_ring *ring, bool want_data)
+{
+    ssize_t n = want_data ? vs_ring_readable(ring) : vs_ring_writable(ring);
+    return n != 0 || vs_ring_peer_closed(ring);
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ volatile("yield");
+#endif
+}
+
+bool vs_shm_spin(struct vs_ring *ring, bool want_data)
+{
+    long budget = vs_shm_spin_ns();
+    if (budget <= 0)
+        return vs_shm_ring_ready(ring, want_data);
+    long end = vs_shm_now_ns() + budget;
+    for (unsigned i = 1;; i++) {
+        if (vs_shm_ring_ready(ring, want_data))
+            return true;
+        if (i % 64 == 0 && vs_shm_now_ns() >= end)
+            return false;
+        cpu_relax();
+    }
+}
+
+/* --- readiness --- */
+
+/* The receive side reads the ring now, or will at its next call. */
+static bool rx_ring_phase(struct vs_shm_conn *c)
+{
+    if (!atomic_load(&c->rx_ready) || atomic_load(&c->rx_back_on_tcp))
+        return false;
+    return atomic_load(&c->rx_on_ring) ||
+           (atomic_load(&c->rx_switch_known) && c->tcp_rx == c->rx_switch_at);
+}
+
+bool vs_shm_translated(struct vs_sock *s)
+{
+    return s->shm && vs_shm_active(s->shm);
+}
+
+unsigned vs_shm_tcp_interest(struct vs_sock *s, unsigned user)
+{
+    struct vs_shm_conn *c = s->shm;
+    unsigned m = user & (POLLIN | POLLPRI | POLLOUT | POLLRDHUP);
+    if (rx_ring_phase(c))
+        m |= POLLIN | POLLRDHUP; /* end of stream, reset or REVERT */
+    if (vs_shm_tx_on_ring(c))
+        m = (m & ~(unsigned)POLLOUT) | POLLRDHUP;
+    return m;
+}
+
+int vs_shm_watch_fd(struct vs_sock *s)
+{
+    return vs_shm_active(s->shm) ? vs_shm_event_fd(s->shm) : -1;
+}
+
+unsigned vs_shm_generation(struct vs_sock *s)
+{
+    struct vs_shm_conn *c = s->shm;
+    return atomic_load(&c->gen) * 8u + (unsigned)atomic_load(&c->hs);
+}
+
+static int tcp_revents_now(int fd, unsigned events)
+{
+    struct pollfd p = {.fd = fd, .events = (short)events};
+    struct timespec zero = {0, 0};
+    if (syscall(SYS_ppoll, &p, 1, &zero, NULL, _NSIG / 8) < 0)
+        return 0;
+    return p.revents;
+}
+
+unsigned vs_shm_poll(struct vs_sock *s, int fd, unsigned interest, int tcp_revents,
+                     bool watch_fired)
+{
+    struct vs_shm_conn *c = s->shm;
+    vs_shm_sync(s, fd);
+    if (watch_fired && vs_shm_done(c))
+        vs_shm_progress(c, fd);
+    const unsigned always = POLLERR | POLLHUP | POLLNVAL;
+    bool rx_ring = vs_shm_active(c) && rx_ring_phase(c);
+    bool tx_ring = vs_shm_active(c) && vs_shm_tx_on_ring(c);
+    if (tcp_revents == VS_TCP_UNKNOWN) {
+        bool need = !rx_ring || (!tx_ring && (interest & POLLOUT));
+        tcp_revents = need ? tcp_revents_now(fd, vs_shm_active(c) ? vs_shm_tcp_interest(s, interest)
+                                                                  : interest)
+                           : 0;
+    }
+    unsigned tcp = (unsigned)tcp_revents;
+    if (!vs_shm_active(c))
+        return tcp & (interest | always);
+    unsigned m = tcp & always;
+    if (rx_ring) {
+        ssize_t r = vs_ring_readable(&c->rx);
+        bool closed = vs_ring_peer_closed(&c->rx);
+        if (r != 0 || closed || atomic_load(&c->rx_reverted))
+            m |= POLLIN;
+        if (closed)
+            m |= POLLRDHUP;
+        if (tcp & (POLLIN | POLLRDHUP | POLLHUP | POLLERR)) {
+            atomic_store(&c->tcp_event, true);
+            m |= POLLIN | (tcp & POLLRDHUP);
+        }
+    } else {
+        m |= tcp & (POLLIN | POLLPRI | POLLRDHUP);
+        if (tcp & POLLIN)
+            atomic_store(&c->tcp_data_seen, true);
+    }
+    if (tx_ring) {
+        if (vs_ring_writable(&c->tx) != 0 || vs_ring_peer_closed(&c->tx) ||
+            atomic_load(&c->tx_revert_pending))
+            m |= POLLOUT;
+        if (tcp & (POLLRDHUP | POLLHUP | POLLERR))
+            atomic_store(&c->tcp_event, true);
+    } else {
+        m |= tcp & POLLOUT;
+    }
+    return m & (interest | always);
+}
+
+unsigned vs_shm_poll_rings(struct vs_sock *s, unsigned interest)
+{
+    struct vs_shm_conn *c = s->shm;
+    if (!vs_shm_active(c))
+        return 0;
+    unsigned m = 0;
+    if ((interest & POLLIN) && rx_ring_phase(c)) {
+        if (vs_ring_peer_closed(&c->rx))
+            m |= POLLIN | POLLRDHUP;
+        else if (vs_ring_readable(&c->rx) != 0)
+            m |= POLLIN;
+    }
+    if ((interest & POLLOUT) && vs_shm_tx_on_ring(c) && vs_shm_ring_ready(&c->tx, false))
+        m |= POLLOUT;
+    return m & interest;
+}
+
+unsigned vs_shm_arm(struct vs_sock *s, unsigned interest)
+{
+    struct vs_shm_conn *c = s->shm;
+    unsigned armed = 0;
+    if (!vs_shm_active(c))
+        return 0;
+    if ((interest & POLLIN) && rx_ring_phase(c)) {
+        vs_ring_arm(&c->rx, 1);
+        armed |= POLLIN;
+    }
+    if ((interest & POLLOUT) && vs_shm_tx_on_ring(c)) {
+        vs_ring_arm(&c->tx, 1);
+        armed |= POLLOUT;
+    }
+    return armed;
+}
+
+void vs_shm_disarm(struct vs_sock *s, unsigned armed)
+{
+    struct vs_shm_conn *c = s->shm;
+    if (armed & POLLIN)
+        vs_ring_arm(&c->rx, -1);
+    if (armed & POLLOUT)
+        vs_ring_arm(&c->tx, -1);
+}
+
+uint64_t vs_shm_rx_mark(struct vs_sock *s)
+{
+    struct vs_shm_conn *c = s->shm;
+    return atomic_load(&c->rx_ready) ? vs_ring_head(&c->rx) + vs_ring_peer_closed(&c->rx) : 0;
+}
+
+uint64_t vs_shm_tx_mark(struct vs_sock *s)
+{
+    struct vs_shm_conn *c = s->shm;
+    return atomic_load(&c->tx_ready) ? vs_ring_tail(&c->tx) + vs_ring_peer_closed(&c->tx) : 0;
+}
