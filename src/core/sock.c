@@ -41,6 +41,8 @@ struct vs_sock *vs_sock_new(int fd, int family, int type, int protocol, const ch
     s->protocol = protocol;
     s->transport = VS_TRANSPORT_KERNEL;
     s->shm = NULL;
+    static _Atomic uint64_t next_serial = 1;
+    s->serial = atomic_fetch_add_explicit(&next_serial, 1, memory_order_relaxed);
     atomic_store(&s->in_epoll_plain, false);
     s->shm_shown = -1;
     atomic_store(&s->state, VS_STATE_OPEN);

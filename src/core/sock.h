@@ -5,6 +5,7 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/socket.h>
 
 #include "config/stats.h"
@@ -28,6 +29,10 @@ struct vs_sock {
      * the kernel registration would not follow. */
     _Atomic bool in_epoll_plain;
     int shm_shown; /* the handshake state the statistics show (transport/shm) */
+    /* Unique per socket ever created in this process: tells a socket from a
+     * later one that reuses this object (readiness keeps fd -> socket
+     * records that may outlive the socket). */
+    uint64_t serial;
     void *pool_next; /* free-list link while the object is unused */
 };
 

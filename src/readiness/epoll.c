@@ -1,0 +1,533 @@
+/* epoll.c - epoll sets holding sockets that may be on the rings.
+ *
+ * A socket with a shm connection gets a record per epoll set it is in. The
+ * kernel set holds, in its place, its TCP fd (with the events that still
+ * mean something there) and its side channel, both tagged with the record's
+ * address instead of the user's data; epoll_wait translates what the kernel
+ * reports and adds what the rings say (no system call), so the readiness the
+ * application sees is the socket's, with its own data. Sockets without a
+ * shm connection stay plain kernel registrations, untouched.
+ *
+ * Records live in one reserved region, so that a tagged value is recognised
+ * by its address (and checked by its magic and epoll fd): a user's own data
+ * is never mistaken for one. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "core/fdtable.h"
+#include "interpose/real.h"
+#include "readiness/wait_common.h"
+#include "transport/shm/shm.h"
+
+#define REC_MAGIC 0x7265637670657376ull /* "vsepvcer" */
+#define REGION_SIZE (32ul << 20)
+#define MAX_EPFD 65536
+#define WATCH_TAG 1ul
+#define USER_FLAGS (EPOLLET | EPOLLONESHOT | EPOLLEXCLUSIVE | EPOLLWAKEUP)
+
+struct rec {
+    uint64_t magic;
+    int epfd, fd;
+    struct vs_sock *sock; /* identity only: check with serial, never use without a ref */
+    uint64_t serial;
+    uint32_t events; /* the user's, flags included */
+    epoll_data_t data;
+    unsigned gen;     /* vs_shm_generation() the kernel registrations follow */
+    int watch;        /* watch fd registered in the kernel set, or -1 */
+    bool disabled;    /* EPOLLONESHOT fired */
+    uint64_t rx_mark, tx_mark, round;
+    int out_idx;
+    struct rec *next;
+};
+
+/* Guards everything below. */
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static char *region;
+static size_t region_used;
+static struct rec *free_recs;
+static struct rec **sets; /* per epoll fd: its records */
+static uint64_t rounds;
+
+static bool setup(void)
+{
+    if (region)
+        return true;
+    void *r = mmap(NULL, REGION_SIZE, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void *s = mmap(NULL, MAX_EPFD * sizeof(*sets), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (r == MAP_FAILED || s == MAP_FAILED)
+        return false;
+    sets = s;
+    region = r;
+    return true;
+}
+
+static struct rec *rec_alloc(void)
+{
+    struct rec *r = free_recs;
+    if (r) {
+        free_recs = r->next;
+    } else {
+        if (region_used + sizeof(*r) > REGION_SIZE)
+            return NULL;
+        r = (struct rec *)(region + region_used);
+        region_used += sizeof(*r);
+    }
+    memset(r, 0, sizeof(*r));
+    r->magic = REC_MAGIC;
+    r->watch = -1;
+    return r;
+}
+
+static void rec_unlink(struct rec *r)
+{
+    for (struct rec **p = &sets[r->epfd]; *p; p = &(*p)->next)
+        if (*p == r) {
+            *p = r->next;
+            break;
+        }
+    r->magic = 0;
+    r->next = free_recs;
+    free_recs = r;
+}
+
+static struct rec *find(int epfd, int fd)
+{
+    if (!sets || epfd < 0 || epfd >= MAX_EPFD)
+        return NULL;
+    for (struct rec *r = sets[epfd]; r; r = r->next)
+        if (r->fd == fd)
+            return r;
+    return NULL;
+}
+
+/* The record behind a tagged value from the kernel, or NULL for user data. */
+static struct rec *untag(uint64_t v, int epfd, bool *watch)
+{
+    if (!region || v < (uint64_t)(uintptr_t)region ||
+        v >= (uint64_t)(uintptr_t)region + region_used)
+        return NULL;
+    struct rec *r = (struct rec *)(uintptr_t)(v & ~WATCH_TAG);
+    if (((uintptr_t)r - (uintptr_t)region) % sizeof(*r) || r->magic != REC_MAGIC || r->epfd != epfd)
+        return NULL;
+    *watch = v & WATCH_TAG;
+    return r;
+}
+
+/* The socket a record stands for, with a reference; NULL when the fd was
+ * closed or now names another socket (the record is then dropped). */
+static struct vs_sock *rec_sock(struct rec *r)
+{
+    struct vs_sock *s = vs_fd_get(r->fd);
+    if (s && s == r->sock && s->serial == r->serial && s->shm)
+        return s;
+    if (s)
+        vs_sock_put(s);
+    return NULL;
+}
+
+static uint32_t tcp_events(struct vs_sock *s, const struct rec *r)
+{
+    if (r->disabled)
+        return 0;
+    unsigned want = r->events & (EPOLLIN | EPOLLPRI | EPOLLOUT | EPOLLRDHUP);
+    return vs_shm_tcp_interest(s, want) | (r->events & (EPOLLET | EPOLLWAKEUP));
+}
+
+/* Brings the kernel registrations in line with the socket's phase. */
+static void sync_kernel(struct vs_sock *s, struct rec *r, bool add)
+{
+    struct epoll_event ev = {.events = tcp_events(s, r), .data.u64 = (uint64_t)(uintptr_t)r};
+    vs_real.epoll_ctl(r->epfd, add ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, r->fd, &ev);
+    int w = vs_shm_watch_fd(s);
+    if (w != r->watch) {
+        if (r->watch >= 0)
+            vs_real.epoll_ctl(r->epfd, EPOLL_CTL_DEL, r->watch, NULL);
+        struct epoll_event wev = {.events = EPOLLIN,
+                                  .data.u64 = (uint64_t)(uintptr_t)r | WATCH_TAG};
+        r->watch = w >= 0 && vs_real.epoll_ctl(r->epfd, EPOLL_CTL_ADD, w, &wev) == 0 ? w : -1;
+    }
+    r->gen = vs_shm_generation(s);
+}
+
+static void rec_drop(struct rec *r, bool tell_kernel)
+{
+    if (tell_kernel) {
+        vs_real.epoll_ctl(r->epfd, EPOLL_CTL_DEL, r->fd, NULL);
+        if (r->watch >= 0)
+            vs_real.epoll_ctl(r->epfd, EPOLL_CTL_DEL, r->watch, NULL);
+    }
+    rec_unlink(r);
+}
+
+static int ctl_record(int epfd, int op, int fd, struct epoll_event *event, struct vs_sock *s)
+{
+    struct rec *r = find(epfd, fd);
+    if (op == EPOLL_CTL_ADD) {
+        if (r) {
+            errno = EEXIST;
+            return -1;
+        }
+        if (!event) {
+            errno = EFAULT;
+            return -1;
+        }
+        if (!(r = rec_alloc())) {
+            errno = ENOMEM;
+            return -1;
+        }
+        r->epfd = epfd;
+        r->fd = fd;
+        r->sock = s;
+        r->serial = s->serial;
+        r->events = event->events;
+        r->data = event->data;
+        struct epoll_event ev = {.events = tcp_events(s, r), .data.u64 = (uint64_t)(uintptr_t)r};
+        if (vs_real.epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+            int err = errno;
+            r->magic = 0;
+            r->next = free_recs;
+            free_recs = r;
+            errno = err;
+            return -1;
+        }
+        r->next = sets[epfd];
+        sets[epfd] = r;
+        sync_kernel(s, r, false);
+        return 0;
+    }
+    if (!r) {
+        errno = ENOENT;
+        return -1;
+    }
+    if (op == EPOLL_CTL_DEL) {
+        rec_drop(r, true);
+        return 0;
+    }
+    if (!event) {
+        errno = EFAULT;
+        return -1;
+    }
+    r->events = event->events;
+    r->data = event->data;
+    r->disabled = false;
+    r->rx_mark = r->tx_mark = 0;
+    sync_kernel(s, r, false);
+    return 0;
+}
+
+VS_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
+{
+    VS_REAL_READY();
+    struct vs_sock *s = vs_fd_get(fd);
+    if (!s)
+        return vs_real.epoll_ctl(epfd, op, fd, event);
+    int r;
+    pthread_mutex_lock(&lock);
+    bool ours = s->shm && (vs_shm_translated(s) || find(epfd, fd));
+    if (ours && epfd >= 0 && epfd < MAX_EPFD && setup()) {
+        r = ctl_record(epfd, op, fd, event, s);
+    } else {
+        /* A TCP socket not connected yet may be upgraded later, but this
+         * registration would not follow: keep it on the kernel for good. */
+        if (op == EPOLL_CTL_ADD && !s->shm && s->type == SOCK_STREAM)
+            atomic_store(&s->in_epoll_plain, true);
+        r = vs_real.epoll_ctl(epfd, op, fd, event);
+    }
+    int err = errno;
+    pthread_mutex_unlock(&lock);
+    vs_sock_put(s);
+    errno = err;
+    return r;
+}
+
+/* A new epoll fd: whatever records an earlier one under this number left
+ * are stale. */
+static int fresh_epfd(int epfd)
+{
+    if (epfd < 0 || epfd >= MAX_EPFD)
+        return epfd;
+    pthread_mutex_lock(&lock);
+    while (sets && sets[epfd])
+        rec_unlink(sets[epfd]);
+    pthread_mutex_unlock(&lock);
+    return epfd;
+}
+
+VS_EXPORT int epoll_create(int size)
+{
+    VS_REAL_READY();
+    return fresh_epfd(vs_real.epoll_create(size));
+}
+
+VS_EXPORT int epoll_create1(int flags)
+{
+    VS_REAL_READY();
+    return fresh_epfd(vs_real.epoll_create1(flags));
+}
+
+/* --- waiting --- */
+
+struct wait {
+    int epfd;
+    struct epoll_event *out;
+    int max, n;
+    uint64_t round;
+};
+
+static void report(struct wait *w, struct rec *r, unsigned m)
+{
+    if (r->round == w->round) {
+        w->out[r->out_idx].events |= m;
+        return;
+    }
+    if (w->n >= w->max)
+        return;
+    r->round = w->round;
+    r->out_idx = w->n;
+    w->out[w->n++] = (struct epoll_event){.events = m, .data = r->data};
+    if (r->events & EPOLLONESHOT) {
+        r->disabled = true;
+        struct epoll_event none = {.events = 0, .data.u64 = (uint64_t)(uintptr_t)r};
+        vs_real.epoll_ctl(r->epfd, EPOLL_CTL_MOD, r->fd, &none);
+    }
+}
+
+/* Edge-triggered: only news is reported. FROM_KERNEL: the TCP fd itself
+ * reported an edge. */
+static unsigned edges(struct vs_sock *s, struct rec *r, unsigned m, unsigned from_kernel)
+{
+    uint64_t rx = vs_shm_rx_mark(s), tx = vs_shm_tx_mark(s);
+    if (r->events & EPOLLET) {
+        if ((m & EPOLLIN) && !(from_kernel & EPOLLIN) && rx == r->rx_mark)
+            m &= ~(unsigned)(EPOLLIN | EPOLLRDHUP);
+        if ((m & EPOLLOUT) && !(from_kernel & EPOLLOUT) && tx == r->tx_mark)
+            m &= ~(unsigned)EPOLLOUT;
+    }
+    if (m & EPOLLIN)
+        r->rx_mark = rx;
+    if (m & EPOLLOUT)
+        r->tx_mark = tx;
+    return m;
+}
+
+static unsigned interest(const struct rec *r)
+{
+    return r->events & (EPOLLIN | EPOLLPRI | EPOLLOUT | EPOLLRDHUP);
+}
+
+static void translate(struct wait *w, const struct epoll_event *kev, int n)
+{
+    for (int i = 0; i < n; i++) {
+        bool watch = false;
+        struct rec *r = untag(kev[i].data.u64, w->epfd, &watch);
+        if (!r) {
+            if (w->n < w->max)
+                w->out[w->n++] = kev[i];
+            continue;
+        }
+        struct vs_sock *s = rec_sock(r);
+        if (!s) {
+            rec_drop(r, true);
+            continue;
+        }
+        if (!r->disabled) {
+            unsigned from_kernel = watch ? 0 : kev[i].events;
+            unsigned m = vs_shm_poll(s, r->fd, interest(r), watch ? VS_TCP_UNKNOWN : (int)from_kernel,
+                                     watch);
+            m = edges(s, r, m, from_kernel);
+            if (m)
+                report(w, r, m);
+        }
+        vs_sock_put(s);
+    }
+}
+
+/* What the rings say, for every record of the set. SYNC: also bring the
+ * kernel registrations up to date (may make system calls). */
+static void scan(struct wait *w, bool sync)
+{
+    struct rec *next;
+    for (struct rec *r = sets[w->epfd]; r; r = next) {
+        next = r->next;
+        if (r->disabled || r->round == w->round)
+            continue;
+        struct vs_sock *s = rec_sock(r);
+        if (!s) {
+            rec_drop(r, true);
+            continue;
+        }
+        if (sync && r->gen != vs_shm_generation(s))
+            sync_kernel(s, r, false);
+        unsigned m = vs_shm_poll_rings(s, interest(r));
+        if (m && (m = edges(s, r, m, 0)))
+            report(w, r, m);
+        vs_sock_put(s);
+    }
+}
+
+static bool scan_any(void *arg, const void *unused)
+{
+    (void)unused;
+    struct wait *w = arg;
+    pthread_mutex_lock(&lock);
+    for (struct rec *r = sets[w->epfd]; r; r = r->next) {
+        struct vs_sock *s = r->disabled ? NULL : rec_sock(r);
+        if (!s)
+            continue;
+        unsigned m = vs_shm_poll_rings(s, interest(r));
+        vs_sock_put(s);
+        if (m) {
+            pthread_mutex_unlock(&lock);
+            return true;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return false;
+}
+
+/* Armed sockets, to withdraw after the kernel wait. */
+struct armed {
+    struct vs_sock **sock;
+    unsigned *what;
+    int n;
+};
+
+static void arm_all(struct wait *w, struct armed *a)
+{
+    a->n = 0;
+    int count = 0;
+    for (struct rec *r = sets[w->epfd]; r; r = r->next)
+        count++;
+    a->sock = malloc((size_t)count * sizeof(*a->sock));
+    a->what = malloc((size_t)count * sizeof(*a->what));
+    if (!a->sock || !a->what)
+        return;
+    for (struct rec *r = sets[w->epfd]; r; r = r->next) {
+        struct vs_sock *s = r->disabled ? NULL : rec_sock(r);
+        if (!s)
+            continue;
+        unsigned what = vs_shm_arm(s, interest(r));
+        if (!what) {
+            vs_sock_put(s);
+            continue;
+        }
+        a->sock[a->n] = s;
+        a->what[a->n++] = what;
+    }
+}
+
+static void disarm_all(struct armed *a)
+{
+    for (int i = 0; i < a->n; i++) {
+        vs_shm_disarm(a->sock[i], a->what[i]);
+        vs_sock_put(a->sock[i]);
+    }
+    free(a->sock);
+    free(a->what);
+}
+
+static int kernel_wait(int epfd, struct epoll_event *kev, int max, long ns, const sigset_t *mask)
+{
+    int ms = ns < 0 ? -1 : (int)((ns + 999999) / 1000000);
+    return (int)syscall(SYS_epoll_pwait, epfd, kev, max, ms, mask, _NSIG / 8);
+}
+
+static int wait_translated(int epfd, struct epoll_event *events, int max, long timeout_ns,
+                           const sigset_t *mask)
+{
+    struct epoll_event *kev = malloc((size_t)max * sizeof(*kev));
+    if (!kev) {
+        errno = ENOMEM;
+        return -1;
+    }
+    struct wait w = {.epfd = epfd, .out = events, .max = max};
+    long deadline = timeout_ns < 0 ? -1 : vs_now_ns() + timeout_ns;
+    int result;
+    for (int iter = 0;; iter++) {
+        /* The first look does not sleep; later ones sleep what is left. */
+        long left = iter == 0 ? 0 : deadline < 0 ? -1 : deadline - vs_now_ns();
+        if (iter > 0 && deadline >= 0 && left <= 0) {
+            result = 0;
+            break;
+        }
+        struct armed a = {0};
+        if (left != 0 && vs_spin_until(scan_any, &w, NULL))
+            left = 0;
+        pthread_mutex_lock(&lock);
+        w.round = ++rounds;
+        w.n = 0;
+        scan(&w, true);
+        if (w.n == 0 && left != 0) {
+            arm_all(&w, &a);
+            scan(&w, false);
+        }
+        pthread_mutex_unlock(&lock);
+        int n = w.n < max ? kernel_wait(epfd, kev, max - w.n, w.n ? 0 : left, w.n ? NULL : mask) : 0;
+        int err = errno;
+        pthread_mutex_lock(&lock);
+        disarm_all(&a);
+        if (n > 0)
+            translate(&w, kev, n);
+        pthread_mutex_unlock(&lock);
+        if (w.n > 0) {
+            result = w.n;
+            break;
+        }
+        if (n < 0) {
+            errno = err;
+            result = -1;
+            break;
+        }
+        if (timeout_ns == 0) {
+            result = 0;
+            break;
+        }
+    }
+    free(kev);
+    return result;
+}
+
+static int do_wait(int epfd, struct epoll_event *events, int max, long timeout_ns,
+                   const sigset_t *mask)
+{
+    bool have = false;
+    if (epfd >= 0 && epfd < MAX_EPFD && events && max > 0) {
+        pthread_mutex_lock(&lock);
+        have = sets && sets[epfd];
+        pthread_mutex_unlock(&lock);
+    }
+    if (!have) {
+        struct timespec ts;
+        return (int)syscall(SYS_epoll_pwait2, epfd, events, max, vs_timespec(timeout_ns, &ts),
+                            mask, _NSIG / 8);
+    }
+    return wait_translated(epfd, events, max, timeout_ns, mask);
+}
+
+VS_EXPORT int epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout)
+{
+    VS_REAL_READY();
+    return do_wait(epfd, events, maxevents, timeout < 0 ? -1 : timeout * 1000000L, NULL);
+}
+
+VS_EXPORT int epoll_pwait(int epfd, struct epoll_event *events, int maxevents, int timeout,
+                          const sigset_t *sigmask)
+{
+    VS_REAL_READY();
+    return do_wait(epfd, events, maxevents, timeout < 0 ? -1 : timeout * 1000000L, sigmask);
+}
+
+VS_EXPORT int epoll_pwait2(int epfd, struct epoll_event *events, int maxevents,
+                           const struct timespec *timeout, const sigset_t *sigmask)
+{
+    VS_REAL_READY();
+    return do_wait(epfd, events, maxevents,
+                   timeout ? timeout->tv_sec * 1000000000L + timeout->tv_nsec : -1, sigmask);
+}

@@ -1,0 +1,258 @@
+/* poll.c - poll, ppoll, select and pselect over kernel and shm sockets.
+ *
+ * A set without a socket on the rings goes straight to the kernel. Otherwise
+ * each such socket is watched in the kernel through its TCP fd (peer death,
+ * data before the switch) and its side channel (the peer rings it when the
+ * ring changes while we sleep), and its readiness is computed from the
+ * rings: first without sleeping (and busy-polling VSOCKET_POLL_US), then
+ * armed, in one real ppoll with everything else in the set. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "core/fdtable.h"
+#include "interpose/real.h"
+#include "readiness/wait_common.h"
+#include "transport/shm/shm.h"
+
+#define STACK_FDS 64
+
+struct poll_state {
+    struct pollfd *k;      /* what the kernel polls: the user's fds, then watch fds */
+    struct vs_sock **sock; /* per user fd: the socket if translated */
+    int *watch;            /* per user fd: index of its watch fd in k, or -1 */
+    unsigned *armed;
+    nfds_t n, nk;
+};
+
+static void build(struct poll_state *st, const struct pollfd *fds)
+{
+    st->nk = st->n;
+    for (nfds_t i = 0; i < st->n; i++) {
+        st->k[i] = fds[i];
+        st->k[i].revents = 0;
+        st->watch[i] = -1;
+        struct vs_sock *s = st->sock[i];
+        if (!s)
+            continue;
+        st->k[i].events = (short)vs_shm_tcp_interest(s, (unsigned)(unsigned short)fds[i].events);
+        int w = vs_shm_watch_fd(s);
+        if (w >= 0) {
+            st->watch[i] = (int)st->nk;
+            st->k[st->nk++] = (struct pollfd){.fd = w, .events = POLLIN};
+        }
+    }
+}
+
+/* Readiness from the rings alone; 0 system calls. */
+static int rings_ready(struct poll_state *st, const struct pollfd *fds)
+{
+    int ready = 0;
+    for (nfds_t i = 0; i < st->n; i++)
+        if (st->sock[i] && vs_shm_poll_rings(st->sock[i], (unsigned short)fds[i].events))
+            ready++;
+    return ready;
+}
+
+static bool rings_ready_cb(void *arg, const void *fds)
+{
+    return rings_ready(arg, fds) > 0;
+}
+
+static int translate(struct poll_state *st, struct pollfd *fds)
+{
+    int count = 0;
+    for (nfds_t i = 0; i < st->n; i++) {
+        unsigned r = (unsigned short)st->k[i].revents;
+        struct vs_sock *s = st->sock[i];
+        if (s && fds[i].fd >= 0) {
+            bool fired = st->watch[i] >= 0 && st->k[st->watch[i]].revents;
+            r = vs_shm_poll(s, fds[i].fd, (unsigned short)fds[i].events, (int)r, fired);
+        }
+        fds[i].revents = (short)r;
+        count += r != 0;
+    }
+    return count;
+}
+
+static int poll_translated(struct poll_state *st, struct pollfd *fds, long timeout_ns,
+                           const sigset_t *sigmask)
+{
+    long deadline = timeout_ns < 0 ? -1 : vs_now_ns() + timeout_ns;
+    for (;;) {
+        build(st, fds);
+        long left = deadline < 0 ? -1 : deadline - vs_now_ns();
+        if (left < 0 && deadline >= 0)
+            left = 0;
+        if (left != 0 && (rings_ready(st, fds) || vs_spin_until(rings_ready_cb, st, fds)))
+            left = 0;
+        if (left != 0) {
+            for (nfds_t i = 0; i < st->n; i++)
+                st->armed[i] = st->sock[i] ? vs_shm_arm(st->sock[i], (unsigned short)fds[i].events) : 0;
+            if (rings_ready(st, fds))
+                left = 0;
+        }
+        struct timespec ts, *tsp = vs_timespec(left, &ts);
+        int n = (int)syscall(SYS_ppoll, st->k, st->nk, tsp, sigmask, _NSIG / 8);
+        int err = errno;
+        if (left != 0)
+            for (nfds_t i = 0; i < st->n; i++)
+                if (st->armed[i])
+                    vs_shm_disarm(st->sock[i], st->armed[i]);
+        if (n < 0) {
+            errno = err;
+            return -1;
+        }
+        int count = translate(st, fds);
+        if (count > 0 || left == 0 || (deadline >= 0 && vs_now_ns() >= deadline))
+            return count;
+        /* Only side-channel news (now read) or a stale ring wake-up: wait on. */
+    }
+}
+
+int vs_poll(struct pollfd *fds, nfds_t nfds, long timeout_ns, const sigset_t *sigmask)
+{
+    struct vs_sock *stack_sock[STACK_FDS];
+    struct vs_sock **sock = nfds <= STACK_FDS ? stack_sock : calloc(nfds, sizeof(*sock));
+    if (!sock) {
+        errno = ENOMEM;
+        return -1;
+    }
+    nfds_t translated = 0;
+    for (nfds_t i = 0; i < nfds; i++) {
+        struct vs_sock *s = fds[i].fd >= 0 ? vs_fd_get(fds[i].fd) : NULL;
+        if (s && !vs_shm_translated(s)) {
+            vs_sock_put(s);
+            s = NULL;
+        }
+        sock[i] = s;
+        translated += s != NULL;
+    }
+    int r;
+    if (!translated) {
+        struct timespec ts;
+        r = (int)syscall(SYS_ppoll, fds, nfds, vs_timespec(timeout_ns, &ts), sigmask, _NSIG / 8);
+    } else {
+        struct poll_state st = {.sock = sock, .n = nfds};
+        st.k = malloc((nfds + translated) * sizeof(*st.k));
+        st.watch = malloc(nfds * sizeof(*st.watch));
+        st.armed = calloc(nfds, sizeof(*st.armed));
+        if (!st.k || !st.watch || !st.armed) {
+            errno = ENOMEM;
+            r = -1;
+        } else {
+            r = poll_translated(&st, fds, timeout_ns, sigmask);
+        }
+        int err = errno;
+        free(st.k);
+        free(st.watch);
+        free(st.armed);
+        errno = err;
+    }
+    int err = errno;
+    for (nfds_t i = 0; i < nfds; i++)
+        if (sock[i])
+            vs_sock_put(sock[i]);
+    if (sock != stack_sock)
+        free(sock);
+    errno = err;
+    return r;
+}
+
+VS_EXPORT int poll(struct pollfd *fds, nfds_t nfds, int timeout)
+{
+    VS_REAL_READY();
+    return vs_poll(fds, nfds, timeout < 0 ? -1 : timeout * 1000000L, NULL);
+}
+
+VS_EXPORT int ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout,
+                    const sigset_t *sigmask)
+{
+    VS_REAL_READY();
+    return vs_poll(fds, nfds, timeout ? timeout->tv_sec * 1000000000L + timeout->tv_nsec : -1,
+                   sigmask);
+}
+
+/* select and pselect: the same wait, on a pollfd array made from the sets,
+ * when one of the fds is on the rings. */
+static bool any_translated(int nfds, fd_set *rd, fd_set *wr, fd_set *ex)
+{
+    for (int fd = 0; fd < nfds && fd < FD_SETSIZE; fd++) {
+        if (!(rd && FD_ISSET(fd, rd)) && !(wr && FD_ISSET(fd, wr)) && !(ex && FD_ISSET(fd, ex)))
+            continue;
+        struct vs_sock *s = vs_fd_get(fd);
+        bool t = s && vs_shm_translated(s);
+        if (s)
+            vs_sock_put(s);
+        if (t)
+            return true;
+    }
+    return false;
+}
+
+static int select_translated(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, long timeout_ns,
+                             const sigset_t *sigmask)
+{
+    struct pollfd *p = malloc((size_t)nfds * sizeof(*p));
+    if (!p) {
+        errno = ENOMEM;
+        return -1;
+    }
+    nfds_t n = 0;
+    for (int fd = 0; fd < nfds; fd++) {
+        short ev = (short)((rd && FD_ISSET(fd, rd) ? POLLIN : 0) |
+                           (wr && FD_ISSET(fd, wr) ? POLLOUT : 0) |
+                           (ex && FD_ISSET(fd, ex) ? POLLPRI : 0));
+        if (ev)
+            p[n++] = (struct pollfd){.fd = fd, .events = ev};
+    }
+    int r = vs_poll(p, n, timeout_ns, sigmask);
+    if (r >= 0) {
+        if (rd)
+            FD_ZERO(rd);
+        if (wr)
+            FD_ZERO(wr);
+        if (ex)
+            FD_ZERO(ex);
+        r = 0;
+        for (nfds_t i = 0; i < n; i++) {
+            short re = p[i].revents;
+            if (re & POLLNVAL) {
+                free(p);
+                errno = EBADF;
+                return -1;
+            }
+            if (rd && (p[i].events & POLLIN) && (re & (POLLIN | POLLHUP | POLLERR)))
+                FD_SET(p[i].fd, rd), r++;
+            if (wr && (p[i].events & POLLOUT) && (re & (POLLOUT | POLLERR)))
+                FD_SET(p[i].fd, wr), r++;
+            if (ex && (p[i].events & POLLPRI) && (re & POLLPRI))
+                FD_SET(p[i].fd, ex), r++;
+        }
+    }
+    int err = errno;
+    free(p);
+    errno = err;
+    return r;
+}
+
+VS_EXPORT int select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, struct timeval *timeout)
+{
+    VS_REAL_READY();
+    if (nfds <= 0 || nfds > FD_SETSIZE || !any_translated(nfds, rd, wr, ex))
+        return vs_real.select(nfds, rd, wr, ex, timeout);
+    long ns = timeout ? timeout->tv_sec * 1000000000L + timeout->tv_usec * 1000L : -1;
+    return select_translated(nfds, rd, wr, ex, ns, NULL);
+}
+
+VS_EXPORT int pselect(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, const struct timespec *timeout,
+                      const sigset_t *sigmask)
+{
+    VS_REAL_READY();
+    if (nfds <= 0 || nfds > FD_SETSIZE || !any_translated(nfds, rd, wr, ex))
+        return vs_real.pselect(nfds, rd, wr, ex, timeout, sigmask);
+    long ns = timeout ? timeout->tv_sec * 1000000000L + timeout->tv_nsec : -1;
+    return select_translated(nfds, rd, wr, ex, ns, sigmask);
+}

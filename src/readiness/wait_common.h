@@ -1,0 +1,21 @@
+/* wait_common.h - pieces shared by poll.c and epoll.c. */
+#ifndef VSOCKET_WAIT_COMMON_H
+#define VSOCKET_WAIT_COMMON_H
+
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <time.h>
+
+long vs_now_ns(void);
+
+/* NS as a timespec in TS; NULL (wait forever) when NS < 0. */
+struct timespec *vs_timespec(long ns, struct timespec *ts);
+
+/* Busy-polls READY(ARG, ARG2) for VSOCKET_POLL_US at most. */
+bool vs_spin_until(bool (*ready)(void *, const void *), void *arg, const void *arg2);
+
+/* poll/ppoll with a timeout in ns (< 0: none). */
+int vs_poll(struct pollfd *fds, nfds_t nfds, long timeout_ns, const sigset_t *sigmask);
+
+#endif
