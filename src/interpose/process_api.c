@@ -79,6 +79,7 @@ VS_EXPORT int daemon(int nochdir, int noclose)
 #define EXEC_WITH_ENV(envp, exec)                                                                  \
     do {                                                                                           \
         struct vs_exec_env built;                                                                  \
+        vs_shm_before_exec();                                                                      \
         if (!vs_exec_env_build((envp), &built))                                                    \
             built.env = (char **)(envp), built.preload = NULL;                                     \
         char *const *env = built.env;                                                              \

@@ -177,3 +177,20 @@ void vs_shm_fork_failed(void)
         atomic_fetch_sub(&c->holders, 1);
     pthread_mutex_unlock(&conns_lock);
 }
+
+void vs_shm_before_exec(void)
+{
+    pthread_mutex_lock(&conns_lock);
+    for (struct vs_shm_conn *c = conns; c; c = c->next) {
+        vs_plock_lock(&c->ctl_lock);
+        if (vs_shm_done(c) && c->chan >= 0) {
+            uint64_t consumed = c->rx.pos;
+            uint64_t end = atomic_load(&c->tx_switched) ? c->tx.pos : 0;
+            vs_shm_send_msg(c, VS_MSG_REVERT, consumed, end);
+        }
+        if (vs_shm_active(c))
+            vs_shm_conn_fail(c, "left-by-exec");
+        vs_plock_unlock(&c->ctl_lock);
+    }
+    pthread_mutex_unlock(&conns_lock);
+}

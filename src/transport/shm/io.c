@@ -204,6 +204,7 @@ ssize_t vs_shm_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags)
     vs_shm_sync(s, fd);
     if (!vs_shm_active(c))
         return vs_real.recvmsg(fd, msg, flags);
+    vs_shm_revert_if_asked(c, fd);
     size_t want = iov_total(msg->msg_iov, msg->msg_iovlen);
     if (want == 0 || (flags & MSG_OOB))
         return vs_real.recvmsg(fd, msg, flags);
@@ -301,7 +302,8 @@ ssize_t vs_shm_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags)
 /* Sender: move to the ring at the next byte, once the peer's ring is ours. */
 static void maybe_switch(struct vs_shm_conn *c)
 {
-    if (atomic_load(&c->tx_switched) || c->tx_shut || !atomic_load(&c->tx_ready))
+    if (atomic_load(&c->tx_switched) || c->tx_shut || !atomic_load(&c->tx_ready) ||
+        atomic_load(&c->tx_revert_pending))
         return;
     vs_plock_lock(&c->ctl_lock);
     if (c->chan >= 0) {
@@ -376,8 +378,10 @@ static ssize_t ring_send(struct vs_shm_conn *c, int fd, const struct iovec *iov,
             raise_sigpipe(flags);
             return -EPIPE;
         }
-        if (n == -EPROTO || atomic_load(&c->tx_revert_pending))
-            return total ? (ssize_t)total : n == -EPROTO ? -ECONNRESET : -EAGAIN;
+        if (n == -EPROTO)
+            return total ? (ssize_t)total : -ECONNRESET;
+        if (atomic_load(&c->tx_revert_pending))
+            return total ? (ssize_t)total : -ESTALE; /* continue on TCP */
         if (nonblock || fd_nonblocking(fd))
             return total ? (ssize_t)total : -EAGAIN;
         int rc = sleep_on(c, fd, &c->tx, POLLRDHUP, &b);
@@ -401,6 +405,17 @@ static ssize_t ring_send(struct vs_shm_conn *c, int fd, const struct iovec *iov,
     return (ssize_t)total;
 }
 
+void vs_shm_revert_if_asked(struct vs_shm_conn *c, int fd)
+{
+    if (!atomic_load(&c->tx_revert_pending) || atomic_load(&c->tx_back_on_tcp) ||
+        !vs_plock_trylock(&c->tx_lock))
+        return;
+    if (atomic_load(&c->tx_switched) && !atomic_load(&c->tx_back_on_tcp))
+        finish_revert(c, fd);
+    atomic_store(&c->tx_back_on_tcp, true);
+    vs_plock_unlock(&c->tx_lock);
+}
+
 ssize_t vs_shm_sendmsg(struct vs_sock *s, int fd, const struct msghdr *msg, int flags)
 {
     struct vs_shm_conn *c = s->shm;
@@ -408,29 +423,34 @@ ssize_t vs_shm_sendmsg(struct vs_sock *s, int fd, const struct msghdr *msg, int 
     if (!vs_shm_active(c) || (flags & MSG_OOB))
         return vs_real.sendmsg(fd, msg, flags);
     vs_plock_lock(&c->tx_lock);
-    if (atomic_load(&c->tx_revert_pending) && !atomic_load(&c->tx_back_on_tcp) &&
-        atomic_load(&c->tx_switched)) {
-        int rc = finish_revert(c, fd);
-        if (rc < 0) {
-            vs_plock_unlock(&c->tx_lock);
-            errno = -rc;
-            return -1;
-        }
-    }
     maybe_switch(c);
-    ssize_t n;
-    if (!vs_shm_tx_on_ring(c)) {
-        n = vs_real.sendmsg(fd, msg, flags);
-        if (n > 0)
-            c->tcp_tx += (uint64_t)n;
-    } else {
-        n = ring_send(c, fd, msg->msg_iov, (int)msg->msg_iovlen, flags);
-        if (n < 0) {
-            errno = (int)-n;
-            n = -1;
+    ssize_t n = 0;
+    for (;;) {
+        if (atomic_load(&c->tx_revert_pending) && !atomic_load(&c->tx_back_on_tcp)) {
+            int rc = atomic_load(&c->tx_switched) ? finish_revert(c, fd) : 0;
+            atomic_store(&c->tx_back_on_tcp, true);
+            if (rc < 0) {
+                n = rc;
+                break;
+            }
         }
+        if (!vs_shm_tx_on_ring(c)) {
+            n = vs_real.sendmsg(fd, msg, flags);
+            if (n > 0)
+                c->tcp_tx += (uint64_t)n;
+            n = n < 0 ? -errno : n;
+            break;
+        }
+        n = ring_send(c, fd, msg->msg_iov, (int)msg->msg_iovlen, flags);
+        if (n == -ESTALE)
+            continue; /* the peer left the rings: the rest goes on TCP */
+        break;
     }
     vs_plock_unlock(&c->tx_lock);
+    if (n < 0) {
+        errno = (int)-n;
+        return -1;
+    }
     return n;
 }
 

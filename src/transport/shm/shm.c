@@ -211,8 +211,10 @@ unsigned vs_shm_poll(struct vs_sock *s, int fd, unsigned interest, int tcp_reven
 {
     struct vs_shm_conn *c = s->shm;
     vs_shm_sync(s, fd);
-    if (watch_fired && vs_shm_done(c))
+    if (watch_fired && vs_shm_done(c)) {
         vs_shm_progress(c, fd);
+        vs_shm_revert_if_asked(c, fd);
+    }
     const unsigned always = POLLERR | POLLHUP | POLLNVAL;
     bool rx_ring = vs_shm_active(c) && rx_ring_phase(c);
     bool tx_ring = vs_shm_active(c) && vs_shm_tx_on_ring(c);

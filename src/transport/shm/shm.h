@@ -68,6 +68,11 @@ void vs_shm_fork_parent(void);
 void vs_shm_fork_child(void);
 void vs_shm_fork_failed(void);
 
+/* exec: the new image cannot map our rings. Every connection leaves them:
+ * the peer reads what we wrote, resends on TCP what we did not read, and
+ * both continue on TCP (proto.h: REVERT). */
+void vs_shm_before_exec(void);
+
 /* The busy-poll budget of blocking calls and readiness waits (ns). */
 long vs_shm_spin_ns(void);
 

@@ -18,4 +18,9 @@ bool vs_shm_ring_ready(struct vs_ring *ring, bool want_data);
 /* Busy-polls RING for VSOCKET_POLL_US at most; true as soon as it is ready. */
 bool vs_shm_spin(struct vs_ring *ring, bool want_data);
 
+/* The peer left the rings (REVERT): resend what it did not read on TCP
+ * and continue there, if the transmit side is free now. */
+struct vs_shm_conn;
+void vs_shm_revert_if_asked(struct vs_shm_conn *c, int fd);
+
 #endif
