@@ -324,6 +324,9 @@ void vs_ring_arm(struct vs_ring *r, int delta)
 {
     struct vs_event *ev = r->role == VS_RING_CONSUMER ? &r->sh->data : &r->sh->space;
     if (delta > 0) {
+        /* seq is unused without futex signalling: it says "a wake-up is on
+         * its way", so that the peer sends one per sleep, not one per write. */
+        atomic_store_explicit(&ev->seq, 0, memory_order_relaxed);
         atomic_fetch_add_explicit(&ev->waiters, 1, memory_order_relaxed);
         atomic_thread_fence(memory_order_seq_cst);
     } else {
@@ -334,15 +337,19 @@ void vs_ring_arm(struct vs_ring *r, int delta)
 bool vs_ring_consumer_sleeping(struct vs_ring *r, uint64_t head_before)
 {
     atomic_thread_fence(memory_order_seq_cst);
-    if (atomic_load_explicit(&r->sh->data.waiters, memory_order_relaxed) == 0)
+    if (atomic_load_explicit(&r->sh->data.waiters, memory_order_relaxed) == 0 ||
+        atomic_load_explicit(&r->sh->tail, memory_order_relaxed) != head_before)
         return false;
-    return atomic_load_explicit(&r->sh->tail, memory_order_relaxed) == head_before;
+    return r->futex_signal || atomic_exchange_explicit(&r->sh->data.seq, 1, memory_order_relaxed) == 0;
 }
 
 bool vs_ring_producer_sleeping(struct vs_ring *r)
 {
     atomic_thread_fence(memory_order_seq_cst);
-    return atomic_load_explicit(&r->sh->space.waiters, memory_order_relaxed) != 0;
+    if (atomic_load_explicit(&r->sh->space.waiters, memory_order_relaxed) == 0)
+        return false;
+    return r->futex_signal ||
+           atomic_exchange_explicit(&r->sh->space.seq, 1, memory_order_relaxed) == 0;
 }
 
 uint64_t vs_ring_head(struct vs_ring *r)
