@@ -14,8 +14,11 @@
 #define VS_STATS_MAX_MIN 16u
 #define VS_STATS_MAX_MAX 1048576u
 
-/* VSOCKET_POLL_US: busy-poll budget before sleeping in the kernel. */
-#define VS_POLL_US_DEFAULT 10ul
+/* VSOCKET_POLL_US: busy-poll budget before sleeping in the kernel. Spinning
+ * about as long as a sleep-and-wake-up costs keeps the total within twice
+ * the optimum; a cross-CPU wake-up costs ~50 us on the VMs we measure on
+ * (bench/RESULTS.md), a few us on bare metal. */
+#define VS_POLL_US_DEFAULT 50ul
 #define VS_POLL_US_MAX 1000000ul
 /* VSOCKET_SHM_RING_MIN/MAX: bounds of a ring's size, which follows SO_RCVBUF. */
 #define VS_SHM_RING_MIN_DEFAULT (256ul << 10)
