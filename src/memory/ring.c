@@ -334,6 +334,13 @@ void vs_ring_arm(struct vs_ring *r, int delta)
     }
 }
 
+void vs_ring_rearm(struct vs_ring *r)
+{
+    struct vs_event *ev = r->role == VS_RING_CONSUMER ? &r->sh->data : &r->sh->space;
+    atomic_store_explicit(&ev->seq, 0, memory_order_relaxed);
+    atomic_thread_fence(memory_order_seq_cst);
+}
+
 bool vs_ring_consumer_sleeping(struct vs_ring *r, uint64_t head_before)
 {
     atomic_thread_fence(memory_order_seq_cst);

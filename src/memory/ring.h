@@ -99,6 +99,10 @@ int vs_ring_peer_closed(struct vs_ring *r);
  * look at the ring once more before sleeping. */
 void vs_ring_arm(struct vs_ring *r, int delta);
 
+/* For a sleeper that stays announced (a socket in an epoll set that is
+ * itself watched by another epoll or poll): ask for the next wake-up too. */
+void vs_ring_rearm(struct vs_ring *r);
+
 /* After a write that started at HEAD_BEFORE (our cursor before it): whether
  * the consumer may sleep waiting for it, i.e. it had read everything and
  * announced a sleep. Full fence first, pairing with vs_ring_arm(). */

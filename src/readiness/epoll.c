@@ -8,11 +8,16 @@
  * application sees is the socket's, with its own data. Sockets without a
  * shm connection stay plain kernel registrations, untouched.
  *
+ * An epoll set watched by another epoll set (or by poll) is "nested": the
+ * outer wait cannot scan its rings, so its records stay armed for as long
+ * as they exist, and each ring change rings the side channel.
+ *
  * Records live in one reserved region, so that a tagged value is recognised
  * by its address (and checked by its magic and epoll fd): a user's own data
  * is never mistaken for one. */
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -40,6 +45,7 @@ struct rec {
     unsigned gen;     /* vs_shm_generation() the kernel registrations follow */
     int watch;        /* watch fd registered in the kernel set, or -1 */
     bool disabled;    /* EPOLLONESHOT fired */
+    unsigned perm;    /* armed for good (nested set): what vs_shm_arm() returned */
     uint64_t rx_mark, tx_mark, round;
     int out_idx;
     struct rec *next;
@@ -51,6 +57,7 @@ static char *region;
 static size_t region_used;
 static struct rec *free_recs;
 static struct rec **sets; /* per epoll fd: its records */
+static bool nested[MAX_EPFD];
 static uint64_t rounds;
 
 static bool setup(void)
@@ -132,6 +139,11 @@ static struct vs_sock *rec_sock(struct rec *r)
     return NULL;
 }
 
+static unsigned interest(const struct rec *r)
+{
+    return r->events & (EPOLLIN | EPOLLPRI | EPOLLOUT | EPOLLRDHUP);
+}
+
 static uint32_t tcp_events(struct vs_sock *s, const struct rec *r)
 {
     if (r->disabled)
@@ -156,8 +168,24 @@ static void sync_kernel(struct vs_sock *s, struct rec *r, bool add)
     r->gen = vs_shm_generation(s);
 }
 
+/* Nested sets: keep the record armed for what it watches now. */
+static void perm_arm(struct vs_sock *s, struct rec *r)
+{
+    if (r->perm)
+        vs_shm_disarm(s, r->perm);
+    r->perm = nested[r->epfd] && !r->disabled ? vs_shm_arm(s, interest(r)) : 0;
+}
+
 static void rec_drop(struct rec *r, bool tell_kernel)
 {
+    if (r->perm) {
+        struct vs_sock *s = rec_sock(r);
+        if (s) {
+            vs_shm_disarm(s, r->perm);
+            vs_sock_put(s);
+        }
+        r->perm = 0;
+    }
     if (tell_kernel) {
         vs_real.epoll_ctl(r->epfd, EPOLL_CTL_DEL, r->fd, NULL);
         if (r->watch >= 0)
@@ -200,6 +228,7 @@ static int ctl_record(int epfd, int op, int fd, struct epoll_event *event, struc
         r->next = sets[epfd];
         sets[epfd] = r;
         sync_kernel(s, r, false);
+        perm_arm(s, r);
         return 0;
     }
     if (!r) {
@@ -219,15 +248,54 @@ static int ctl_record(int epfd, int op, int fd, struct epoll_event *event, struc
     r->disabled = false;
     r->rx_mark = r->tx_mark = 0;
     sync_kernel(s, r, false);
+    perm_arm(s, r);
     return 0;
+}
+
+static bool is_epoll_fd(int fd)
+{
+    char path[32], target[32];
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(path, target, sizeof(target) - 1);
+    if (n < 0)
+        return false;
+    target[n] = '\0';
+    return strcmp(target, "anon_inode:[eventpoll]") == 0;
+}
+
+/* FD, an epoll set, is now watched from outside: arm its records for good. */
+static void mark_nested(int fd)
+{
+    pthread_mutex_lock(&lock);
+    if (setup() && !nested[fd]) {
+        nested[fd] = true;
+        for (struct rec *r = sets[fd]; r; r = r->next) {
+            struct vs_sock *s = rec_sock(r);
+            if (s) {
+                perm_arm(s, r);
+                vs_sock_put(s);
+            }
+        }
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+void vs_epoll_watched(int fd)
+{
+    /* Cheap for poll: only a set that holds records needs it. */
+    if (fd >= 0 && fd < MAX_EPFD && !nested[fd] && sets && sets[fd])
+        mark_nested(fd);
 }
 
 VS_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 {
     VS_REAL_READY();
     struct vs_sock *s = vs_fd_get(fd);
-    if (!s)
+    if (!s) {
+        if (op == EPOLL_CTL_ADD && fd >= 0 && fd < MAX_EPFD && !nested[fd] && is_epoll_fd(fd))
+            mark_nested(fd);
         return vs_real.epoll_ctl(epfd, op, fd, event);
+    }
     int r;
     pthread_mutex_lock(&lock);
     bool ours = s->shm && (vs_shm_translated(s) || find(epfd, fd));
@@ -256,6 +324,7 @@ static int fresh_epfd(int epfd)
     pthread_mutex_lock(&lock);
     while (sets && sets[epfd])
         rec_unlink(sets[epfd]);
+    nested[epfd] = false;
     pthread_mutex_unlock(&lock);
     return epfd;
 }
@@ -317,11 +386,6 @@ static unsigned edges(struct vs_sock *s, struct rec *r, unsigned m, unsigned fro
     return m;
 }
 
-static unsigned interest(const struct rec *r)
-{
-    return r->events & (EPOLLIN | EPOLLPRI | EPOLLOUT | EPOLLRDHUP);
-}
-
 static void translate(struct wait *w, const struct epoll_event *kev, int n)
 {
     for (int i = 0; i < n; i++) {
@@ -345,6 +409,8 @@ static void translate(struct wait *w, const struct epoll_event *kev, int n)
             if (m)
                 report(w, r, m);
         }
+        if (r->perm)
+            vs_shm_rearm(s, r->perm);
         vs_sock_put(s);
     }
 }
@@ -363,8 +429,10 @@ static void scan(struct wait *w, bool sync)
             rec_drop(r, true);
             continue;
         }
-        if (sync && r->gen != vs_shm_generation(s))
+        if (sync && r->gen != vs_shm_generation(s)) {
             sync_kernel(s, r, false);
+            perm_arm(s, r);
+        }
         unsigned m = vs_shm_poll_rings(s, interest(r));
         if (m && (m = edges(s, r, m, 0)))
             report(w, r, m);

@@ -123,6 +123,8 @@ int vs_poll(struct pollfd *fds, nfds_t nfds, long timeout_ns, const sigset_t *si
     nfds_t translated = 0;
     for (nfds_t i = 0; i < nfds; i++) {
         struct vs_sock *s = fds[i].fd >= 0 ? vs_fd_get(fds[i].fd) : NULL;
+        if (!s && fds[i].fd >= 0)
+            vs_epoll_watched(fds[i].fd);
         if (s && !vs_shm_translated(s)) {
             vs_sock_put(s);
             s = NULL;

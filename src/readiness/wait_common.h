@@ -18,4 +18,8 @@ bool vs_spin_until(bool (*ready)(void *, const void *), void *arg, const void *a
 /* poll/ppoll with a timeout in ns (< 0: none). */
 int vs_poll(struct pollfd *fds, nfds_t nfds, long timeout_ns, const sigset_t *sigmask);
 
+/* FD is being watched by poll or another epoll set: if it is an epoll set,
+ * its shm sockets must wake it by themselves from now on. */
+void vs_epoll_watched(int fd);
+
 #endif

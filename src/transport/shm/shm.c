@@ -299,6 +299,15 @@ void vs_shm_disarm(struct vs_sock *s, unsigned armed)
         vs_ring_arm(&c->tx, -1);
 }
 
+void vs_shm_rearm(struct vs_sock *s, unsigned armed)
+{
+    struct vs_shm_conn *c = s->shm;
+    if (armed & POLLIN)
+        vs_ring_rearm(&c->rx);
+    if (armed & POLLOUT)
+        vs_ring_rearm(&c->tx);
+}
+
 uint64_t vs_shm_rx_mark(struct vs_sock *s)
 {
     struct vs_shm_conn *c = s->shm;

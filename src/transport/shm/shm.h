@@ -55,6 +55,8 @@ unsigned vs_shm_poll_rings(struct vs_sock *s, unsigned interest);
 unsigned vs_shm_arm(struct vs_sock *s, unsigned interest);
 /* Withdraws what vs_shm_arm() returned. */
 void vs_shm_disarm(struct vs_sock *s, unsigned armed);
+/* Keeps what vs_shm_arm() returned armed for one more wake-up. */
+void vs_shm_rearm(struct vs_sock *s, unsigned armed);
 /* A counter that changes whenever vs_shm_tcp_interest() or
  * vs_shm_watch_fd() may have changed. */
 unsigned vs_shm_generation(struct vs_sock *s);
