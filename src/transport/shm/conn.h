@@ -66,6 +66,8 @@ struct vs_shm_conn {
     /* The kernel reported the TCP socket readable or hung up after the switch:
      * look at it before reporting an empty ring (peer death, REVERT data). */
     _Atomic bool tcp_event;
+    /* Threads (of every holder) asleep in a blocking call on this connection. */
+    _Atomic int sleepers;
 
     struct vs_shm_conn *next, *prev; /* this process's list (conn.c) */
 };

@@ -24,6 +24,7 @@
 #include "transport/shm/shm_internal.h"
 
 #define NO_LIMIT UINT64_MAX
+#define SHARED_NAP_NS 2000000L
 
 static size_t iov_total(const struct iovec *iov, size_t cnt)
 {
@@ -108,12 +109,20 @@ static int sleep_on(struct vs_shm_conn *c, int fd, struct vs_ring *ring, short t
     bool want_data = ring && ring->role == VS_RING_CONSUMER;
     if (ring && vs_shm_spin(ring, want_data))
         return 0;
-    struct pollfd p[2] = {{.fd = fd, .events = tcp_events}, {.fd = vs_shm_event_fd(c), .events = POLLIN}};
+    struct pollfd p[2] = {{.fd = fd, .events = tcp_events},
+                          {.fd = vs_shm_event_fd(c), .events = POLLIN}};
+    long left = -1;
+    if (b->deadline >= 0 && (left = b->deadline - vs_shm_now_ns()) <= 0)
+        return -ETIMEDOUT;
+    /* Two threads asleep on one side channel (a sender and a receiver):
+     * the one that wakes first reads the messages, and the other's ppoll
+     * may then not see the wake-up meant for it. Short naps bound that. */
+    bool shared = atomic_fetch_add(&c->sleepers, 1) > 0;
+    bool nap = shared && (left < 0 || left > SHARED_NAP_NS);
+    if (nap)
+        left = SHARED_NAP_NS;
     struct timespec ts, *tsp = NULL;
-    if (b->deadline >= 0) {
-        long left = b->deadline - vs_shm_now_ns();
-        if (left <= 0)
-            return -ETIMEDOUT;
+    if (left >= 0) {
         ts.tv_sec = left / 1000000000L;
         ts.tv_nsec = left % 1000000000L;
         tsp = &ts;
@@ -122,16 +131,18 @@ static int sleep_on(struct vs_shm_conn *c, int fd, struct vs_ring *ring, short t
         vs_ring_arm(ring, 1);
         if (vs_shm_ring_ready(ring, want_data)) {
             vs_ring_arm(ring, -1);
+            atomic_fetch_sub(&c->sleepers, 1);
             return 0;
         }
     }
     int n = (int)syscall(SYS_ppoll, p, p[1].fd >= 0 ? 2 : 1, tsp, NULL, _NSIG / 8);
     int err = errno;
+    atomic_fetch_sub(&c->sleepers, 1);
     if (ring)
         vs_ring_arm(ring, -1);
     if (n < 0)
         return err == EINTR ? -EINTR : 0;
-    if (n == 0 && tsp)
+    if (n == 0 && tsp && !nap)
         return -ETIMEDOUT;
     if (p[0].revents)
         atomic_store(&c->tcp_event, true);
