@@ -12,9 +12,17 @@
 struct vs_config vs_config;
 
 const char *const vs_config_variables[] = {
-    "VSOCKET_TRANSPORTS", "VSOCKET_LOG_LEVEL", "VSOCKET_LOG_FILE",    "VSOCKET_STATS",
-    "VSOCKET_STATS_DIR",  "VSOCKET_STATS_MAX", "VSOCKET_FOLLOW_EXEC", "VSOCKET_POLL_US",
-    "VSOCKET_SHM_RING_MIN", "VSOCKET_SHM_RING_MAX", NULL,
+    "VSOCKET_TRANSPORTS",
+    "VSOCKET_LOG_LEVEL",
+    "VSOCKET_LOG_FILE",
+    "VSOCKET_STATS",
+    "VSOCKET_STATS_DIR",
+    "VSOCKET_STATS_MAX",
+    "VSOCKET_FOLLOW_EXEC",
+    "VSOCKET_POLL_US",
+    "VSOCKET_SHM_RING_MIN",
+    "VSOCKET_SHM_RING_MAX",
+    NULL,
 };
 
 void vs_config_defaults(struct vs_config *c)

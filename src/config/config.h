@@ -33,8 +33,8 @@ struct vs_config {
     char log_file[PATH_MAX];
     bool stats; /* publish per-socket statistics */
     char stats_dir[PATH_MAX];
-    unsigned stats_max; /* socket records per process */
-    bool follow_exec;   /* keep vsocket loaded across execve with a new env */
+    unsigned stats_max;         /* socket records per process */
+    bool follow_exec;           /* keep vsocket loaded across execve with a new env */
     unsigned long poll_us;      /* VSOCKET_POLL_US */
     unsigned long shm_ring_min; /* bytes */
     unsigned long shm_ring_max;

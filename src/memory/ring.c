@@ -347,7 +347,8 @@ bool vs_ring_consumer_sleeping(struct vs_ring *r, uint64_t head_before)
     if (atomic_load_explicit(&r->sh->data.waiters, memory_order_relaxed) == 0 ||
         atomic_load_explicit(&r->sh->tail, memory_order_relaxed) != head_before)
         return false;
-    return r->futex_signal || atomic_exchange_explicit(&r->sh->data.seq, 1, memory_order_relaxed) == 0;
+    return r->futex_signal ||
+           atomic_exchange_explicit(&r->sh->data.seq, 1, memory_order_relaxed) == 0;
 }
 
 bool vs_ring_producer_sleeping(struct vs_ring *r)

@@ -1,5 +1,6 @@
 /* wait.c - spin, then sleep on a shared futex word. */
 #include "memory/wait.h"
+#include "memory/cpu.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -10,15 +11,6 @@
 #include <unistd.h>
 
 #define SPIN_CLOCK_EVERY 64 /* spins between two clock reads */
-
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ volatile("yield");
-#endif
-}
 
 static long now_ns(void)
 {
@@ -60,7 +52,7 @@ static int spin(vs_ready_fn ready, void *arg, long spin_ns)
             return 1;
         if (i % SPIN_CLOCK_EVERY == 0 && now_ns() >= end)
             return 0;
-        cpu_relax();
+        vs_cpu_relax();
     }
 }
 

@@ -42,10 +42,10 @@ struct rec {
     uint64_t serial;
     uint32_t events; /* the user's, flags included */
     epoll_data_t data;
-    unsigned gen;     /* vs_shm_generation() the kernel registrations follow */
-    int watch;        /* watch fd registered in the kernel set, or -1 */
-    bool disabled;    /* EPOLLONESHOT fired */
-    unsigned perm;    /* armed for good (nested set): what vs_shm_arm() returned */
+    unsigned gen;  /* vs_shm_generation() the kernel registrations follow */
+    int watch;     /* watch fd registered in the kernel set, or -1 */
+    bool disabled; /* EPOLLONESHOT fired */
+    unsigned perm; /* armed for good (nested set): what vs_shm_arm() returned */
     uint64_t rx_mark, tx_mark, round;
     int out_idx;
     struct rec *next;
@@ -403,8 +403,8 @@ static void translate(struct wait *w, const struct epoll_event *kev, int n)
         }
         if (!r->disabled) {
             unsigned from_kernel = watch ? 0 : kev[i].events;
-            unsigned m = vs_shm_poll(s, r->fd, interest(r), watch ? VS_TCP_UNKNOWN : (int)from_kernel,
-                                     watch);
+            unsigned m = vs_shm_poll(s, r->fd, interest(r),
+                                     watch ? VS_TCP_UNKNOWN : (int)from_kernel, watch);
             m = edges(s, r, m, from_kernel);
             if (m)
                 report(w, r, m);
@@ -516,11 +516,11 @@ static int wait_translated(int epfd, struct epoll_event *events, int max, long t
         return -1;
     }
     struct wait w = {.epfd = epfd, .out = events, .max = max};
-    long deadline = timeout_ns < 0 ? -1 : vs_now_ns() + timeout_ns;
+    long deadline = timeout_ns < 0 ? -1 : vs_shm_now_ns() + timeout_ns;
     int result;
     for (int iter = 0;; iter++) {
         /* The first look does not sleep; later ones sleep what is left. */
-        long left = iter == 0 ? 0 : deadline < 0 ? -1 : deadline - vs_now_ns();
+        long left = iter == 0 ? 0 : deadline < 0 ? -1 : deadline - vs_shm_now_ns();
         if (iter > 0 && deadline >= 0 && left <= 0) {
             result = 0;
             break;
@@ -537,7 +537,8 @@ static int wait_translated(int epfd, struct epoll_event *events, int max, long t
             scan(&w, false);
         }
         pthread_mutex_unlock(&lock);
-        int n = w.n < max ? kernel_wait(epfd, kev, max - w.n, w.n ? 0 : left, w.n ? NULL : mask) : 0;
+        int n =
+            w.n < max ? kernel_wait(epfd, kev, max - w.n, w.n ? 0 : left, w.n ? NULL : mask) : 0;
         int err = errno;
         pthread_mutex_lock(&lock);
         disarm_all(&a);
@@ -573,8 +574,8 @@ static int do_wait(int epfd, struct epoll_event *events, int max, long timeout_n
     }
     if (!have) {
         struct timespec ts;
-        return (int)syscall(SYS_epoll_pwait2, epfd, events, max, vs_timespec(timeout_ns, &ts),
-                            mask, _NSIG / 8);
+        return (int)syscall(SYS_epoll_pwait2, epfd, events, max, vs_timespec(timeout_ns, &ts), mask,
+                            _NSIG / 8);
     }
     return wait_translated(epfd, events, max, timeout_ns, mask);
 }

@@ -80,17 +80,18 @@ static int translate(struct poll_state *st, struct pollfd *fds)
 static int poll_translated(struct poll_state *st, struct pollfd *fds, long timeout_ns,
                            const sigset_t *sigmask)
 {
-    long deadline = timeout_ns < 0 ? -1 : vs_now_ns() + timeout_ns;
+    long deadline = timeout_ns < 0 ? -1 : vs_shm_now_ns() + timeout_ns;
     for (;;) {
         build(st, fds);
-        long left = deadline < 0 ? -1 : deadline - vs_now_ns();
+        long left = deadline < 0 ? -1 : deadline - vs_shm_now_ns();
         if (left < 0 && deadline >= 0)
             left = 0;
         if (left != 0 && (rings_ready(st, fds) || vs_spin_until(rings_ready_cb, st, fds)))
             left = 0;
         if (left != 0) {
             for (nfds_t i = 0; i < st->n; i++)
-                st->armed[i] = st->sock[i] ? vs_shm_arm(st->sock[i], (unsigned short)fds[i].events) : 0;
+                st->armed[i] =
+                    st->sock[i] ? vs_shm_arm(st->sock[i], (unsigned short)fds[i].events) : 0;
             if (rings_ready(st, fds))
                 left = 0;
         }
@@ -106,7 +107,7 @@ static int poll_translated(struct poll_state *st, struct pollfd *fds, long timeo
             return -1;
         }
         int count = translate(st, fds);
-        if (count > 0 || left == 0 || (deadline >= 0 && vs_now_ns() >= deadline))
+        if (count > 0 || left == 0 || (deadline >= 0 && vs_shm_now_ns() >= deadline))
             return count;
         /* Only side-channel news (now read) or a stale ring wake-up: wait on. */
     }
@@ -204,9 +205,9 @@ static int select_translated(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, long 
     }
     nfds_t n = 0;
     for (int fd = 0; fd < nfds; fd++) {
-        short ev = (short)((rd && FD_ISSET(fd, rd) ? POLLIN : 0) |
-                           (wr && FD_ISSET(fd, wr) ? POLLOUT : 0) |
-                           (ex && FD_ISSET(fd, ex) ? POLLPRI : 0));
+        short ev =
+            (short)((rd && FD_ISSET(fd, rd) ? POLLIN : 0) | (wr && FD_ISSET(fd, wr) ? POLLOUT : 0) |
+                    (ex && FD_ISSET(fd, ex) ? POLLPRI : 0));
         if (ev)
             p[n++] = (struct pollfd){.fd = fd, .events = ev};
     }

@@ -7,8 +7,6 @@
 #include <stdbool.h>
 #include <time.h>
 
-long vs_now_ns(void);
-
 /* NS as a timespec in TS; NULL (wait forever) when NS < 0. */
 struct timespec *vs_timespec(long ns, struct timespec *ts);
 

@@ -33,24 +33,24 @@ struct vs_shm_conn {
     /* Bumped whenever what a poll set must watch changes (event fd, switch). */
     _Atomic uint32_t gen;
     bool accepter;
-    const char *fail_reason; /* (ctl) a static string */
-    int chan;                /* side channel, -1 until open (ctl) */
-    int rendezvous;          /* connector's listening socket, -1 when closed (ctl) */
-    long deadline_ns;        /* give up the handshake after this (ctl) */
-    _Atomic bool tcp_data_seen; /* bytes or EOF came on TCP before the handshake ended */
+    const char *fail_reason;             /* (ctl) a static string */
+    int chan;                            /* side channel, -1 until open (ctl) */
+    int rendezvous;                      /* connector's listening socket, -1 when closed (ctl) */
+    long deadline_ns;                    /* give up the handshake after this (ctl) */
+    _Atomic bool tcp_data_seen;          /* bytes or EOF came on TCP before the handshake ended */
     struct sockaddr_storage local, peer; /* as this side sees the TCP connection */
 
-    struct vs_ring rx;  /* we consume: created by us (valid when rx_ready) */
-    struct vs_ring tx;  /* we produce: the peer's receive ring (valid when tx_ready) */
+    struct vs_ring rx; /* we consume: created by us (valid when rx_ready) */
+    struct vs_ring tx; /* we produce: the peer's receive ring (valid when tx_ready) */
     _Atomic bool rx_ready, tx_ready;
 
     /* Stream switch. Sender: after tx_switched, bytes go to the ring, the
      * first of them being stream offset tx_switch_at. Receiver: read TCP
      * until tcp_rx reaches rx_switch_at (once known), then the ring. */
-    uint64_t tcp_tx;          /* (tx) bytes the kernel accepted */
-    _Atomic bool tx_switched; /* (tx) */
-    bool tx_shut;             /* (tx) SHUT_WR on TCP before the switch: never switch */
-    uint64_t tcp_rx;          /* (rx) bytes read from TCP (peeks excluded) */
+    uint64_t tcp_tx;              /* (tx) bytes the kernel accepted */
+    _Atomic bool tx_switched;     /* (tx) */
+    bool tx_shut;                 /* (tx) SHUT_WR on TCP before the switch: never switch */
+    uint64_t tcp_rx;              /* (rx) bytes read from TCP (peeks excluded) */
     _Atomic bool rx_switch_known; /* (ctl) */
     uint64_t rx_switch_at;        /* (ctl) */
     _Atomic bool rx_on_ring;      /* (rx) */
@@ -80,7 +80,6 @@ struct vs_shm_conn *vs_shm_conn_new(bool accepter, int fd, const struct sockaddr
 void vs_shm_conn_free(struct vs_shm_conn *c); /* one never attached to a socket */
 void vs_shm_conn_fail(struct vs_shm_conn *c, const char *reason); /* (ctl) */
 uint64_t vs_shm_ring_capacity(int fd);
-long vs_shm_now_ns(void);
 
 /* handshake.c: advance the handshake without blocking (takes ctl_lock if
  * free); reads and acts on every message waiting on the side channel. */

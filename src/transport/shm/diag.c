@@ -20,8 +20,7 @@
 
 /* Fills ADDR (4 words, network order) and PORT; FAMILY is the family to ask
  * for: a v4 address is asked for as v4-mapped when FAMILY is AF_INET6. */
-static void diag_addr(const struct sockaddr_storage *ss, int family, __be32 addr[4],
-                      __be16 *port)
+static void diag_addr(const struct sockaddr_storage *ss, int family, __be32 addr[4], __be16 *port)
 {
     memset(addr, 0, 4 * sizeof(__be32));
     if (ss->ss_family == AF_INET) {
@@ -53,9 +52,11 @@ static uint64_t query(int family, const struct sockaddr_storage *local,
         struct nlmsghdr nlh;
         struct inet_diag_req_v2 req;
     } msg = {
-        .nlh = {.nlmsg_len = sizeof(msg), .nlmsg_type = SOCK_DIAG_BY_FAMILY,
+        .nlh = {.nlmsg_len = sizeof(msg),
+                .nlmsg_type = SOCK_DIAG_BY_FAMILY,
                 .nlmsg_flags = NLM_F_REQUEST},
-        .req = {.sdiag_family = (uint8_t)family, .sdiag_protocol = IPPROTO_TCP,
+        .req = {.sdiag_family = (uint8_t)family,
+                .sdiag_protocol = IPPROTO_TCP,
                 .idiag_states = ~0u},
     };
     diag_addr(local, family, msg.req.id.idiag_src, &msg.req.id.idiag_sport);

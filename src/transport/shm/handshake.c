@@ -21,6 +21,7 @@
 #include "interpose/real.h"
 #include "transport/shm/conn.h"
 #include "transport/shm/proto.h"
+#include "transport/shm/shm.h"
 
 #define MAX_FDS 2
 
@@ -121,8 +122,8 @@ static int send_with_fds(struct vs_shm_conn *c, const struct vs_shm_msg *m, cons
 
 static struct vs_shm_msg make_msg(uint16_t type, uint64_t arg, uint64_t arg2)
 {
-    struct vs_shm_msg m = {.magic = VS_SHM_MAGIC, .version = VS_SHM_VERSION, .type = type,
-                           .arg = arg, .arg2 = arg2};
+    struct vs_shm_msg m = {
+        .magic = VS_SHM_MAGIC, .version = VS_SHM_VERSION, .type = type, .arg = arg, .arg2 = arg2};
     return m;
 }
 
@@ -142,7 +143,9 @@ static int recv_msg(int chan, struct vs_shm_msg *m, int *fds, int *nfds)
         char buf[CMSG_SPACE(4 * sizeof(int))];
     } ctl;
     struct iovec iov = {.iov_base = m, .iov_len = sizeof(*m)};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+    struct msghdr mh = {.msg_iov = &iov,
+                        .msg_iovlen = 1,
+                        .msg_control = ctl.buf,
                         .msg_controllen = sizeof(ctl.buf)};
     ssize_t n = vs_real.recvmsg(chan, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
     if (n < 0)

@@ -318,8 +318,10 @@ static void maybe_switch(struct vs_shm_conn *c)
         return;
     vs_plock_lock(&c->ctl_lock);
     if (c->chan >= 0) {
-        struct vs_shm_msg m = {.magic = VS_SHM_MAGIC, .version = VS_SHM_VERSION,
-                               .type = VS_MSG_SWITCH, .arg = c->tcp_tx};
+        struct vs_shm_msg m = {.magic = VS_SHM_MAGIC,
+                               .version = VS_SHM_VERSION,
+                               .type = VS_MSG_SWITCH,
+                               .arg = c->tcp_tx};
         struct iovec iov = {&m, sizeof(m)};
         struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
         /* Only once the receiver is sure to learn S may a byte go to the ring. */

@@ -15,6 +15,7 @@
 #include "transport/shm/conn.h"
 #include "transport/shm/shm.h"
 #include "transport/shm/shm_internal.h"
+#include "memory/cpu.h"
 
 static bool tcp_stream(const struct vs_sock *s)
 {
@@ -79,8 +80,7 @@ void vs_shm_on_connect(struct vs_sock *s, int fd, const struct sockaddr *peer, s
     if (rc < 0) {
         /* EADDRINUSE: someone holds our name. We do not upgrade; the peer
          * will find a caller that cannot prove it holds our socket. */
-        vs_info("fd %d: shm rendezvous unavailable (%s): staying on the kernel", fd,
-                strerror(-rc));
+        vs_info("fd %d: shm rendezvous unavailable (%s): staying on the kernel", fd, strerror(-rc));
         vs_stats_set_reason(s->stat, "rendezvous-unavailable");
         vs_shm_conn_free(c);
         return;
@@ -135,15 +135,6 @@ bool vs_shm_ring_ready(struct vs_ring *ring, bool want_data)
     return n != 0 || vs_ring_peer_closed(ring);
 }
 
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ volatile("yield");
-#endif
-}
-
 bool vs_shm_spin(struct vs_ring *ring, bool want_data)
 {
     long budget = vs_shm_spin_ns();
@@ -155,7 +146,7 @@ bool vs_shm_spin(struct vs_ring *ring, bool want_data)
             return true;
         if (i % 64 == 0 && vs_shm_now_ns() >= end)
             return false;
-        cpu_relax();
+        vs_cpu_relax();
     }
 }
 

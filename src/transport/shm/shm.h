@@ -75,6 +75,9 @@ void vs_shm_fork_failed(void);
  * both continue on TCP (proto.h: REVERT). */
 void vs_shm_before_exec(void);
 
+/* CLOCK_MONOTONIC in ns. */
+long vs_shm_now_ns(void);
+
 /* The busy-poll budget of blocking calls and readiness waits (ns). */
 long vs_shm_spin_ns(void);
 
