@@ -2,8 +2,15 @@
 
 Every test runs a real program twice: once plainly ("plain") and once through
 `vsocket run` ("vsocket"), compares the two results, and for the vsocket run
-checks through `vsocket stat --json` that the program's sockets are listed with
-transport `kernel` and a non-empty reason.
+checks through `vsocket stat --json` that the program's sockets are listed and
+on the path they must be on (check_tcp_paths and friends):
+
+  * SHM_BUILT (the build lists "shm" in `vsocket version`'s "transports built:"
+    line) and both ends of a loopback TCP connection run under vsocket: the
+    connection is on transport `shm`, with byte counters > 0;
+  * SHM_BUILT and one end plain: transport `kernel`, reason `peer-not-vsocket`;
+  * without shm in the build: transport `kernel` and a non-empty reason;
+  * always: UDP, listening and unconnected sockets are `kernel` with a reason.
 
 Environment:
   VSOCKET_BUILD_DIR              build dir holding lib/libvsocket.so and bin/ (default <repo>/build)
@@ -11,6 +18,9 @@ Environment:
   VSOCKET_COMPAT_BASELINE_ONLY=1 run only the "plain" halves (no vsocket build needed);
                                  the tests then end as skipped after the baseline checks passed
   VSOCKET_COMPAT_TIMEOUT_SCALE   multiply every timeout (default 1, or 3 for a sanitizer build)
+  VSOCKET_COMPAT_EXPECT_SHM=1|0  override SHM_BUILT (what `vsocket version` says the build has);
+                                 =1 on a build without shm makes every path check fail (used to
+                                 prove the checks are not blind)
 """
 
 from __future__ import annotations
@@ -57,6 +67,30 @@ def T(seconds: float) -> float:
     return seconds * TIMEOUT_SCALE
 
 
+def _built_transports(build_dir: Path) -> Optional[list[str]]:
+    """The transports of the build, from `vsocket version`'s line
+    `transports built: kernel[,shm…]`; None when there is no such build or line."""
+    vs = build_dir / "bin" / "vsocket"
+    if not vs.exists():
+        return None
+    try:
+        out = subprocess.run([str(vs), "version"], stdin=subprocess.DEVNULL, capture_output=True,
+                             text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"^transports built:\s*(\S+)\s*$", out, re.M)
+    return [t for t in m.group(1).split(",") if t] if m else None
+
+
+BUILT_TRANSPORTS = _built_transports(BUILD_DIR)
+_EXPECT_SHM = os.environ.get("VSOCKET_COMPAT_EXPECT_SHM", "")
+if _EXPECT_SHM not in ("", "0", "1"):
+    raise RuntimeError(f"VSOCKET_COMPAT_EXPECT_SHM must be 0 or 1, not {_EXPECT_SHM!r}")
+# The single source of truth for "connections between two vsocket processes
+# must be on shared memory": every path check below goes through it.
+SHM_BUILT: bool = (_EXPECT_SHM == "1") if _EXPECT_SHM else "shm" in (BUILT_TRANSPORTS or [])
+
+
 MARKERS = {
     "iperf3": "iperf3 TCP/UDP bandwidth runs",
     "sockperf": "sockperf ping-pong and throughput",
@@ -67,12 +101,20 @@ MARKERS = {
     "ncat": "ncat file transfer and --exec echo",
     "python_echo": "stdlib socket + selectors echo client/server",
     "stress": "vsocket-stress in every mode",
+    "mixed": "one end plain, the other under vsocket (kernel TCP, reason peer-not-vsocket)",
 }
 
 
 def pytest_configure(config):
     for name, doc in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {doc}")
+
+
+def pytest_report_header(config):
+    built = ",".join(BUILT_TRANSPORTS) if BUILT_TRANSPORTS is not None else "unknown"
+    forced = (f", forced by VSOCKET_COMPAT_EXPECT_SHM={_EXPECT_SHM}" if _EXPECT_SHM else "")
+    return (f"vsocket build: {BUILD_DIR} (transports built: {built}); "
+            f"SHM_BUILT={SHM_BUILT}{forced}")
 
 
 # --------------------------------------------------------------------------
@@ -388,7 +430,10 @@ def _bound_inodes(port: int, proto: str) -> set[int]:
 
 class Server:
     def __init__(self, name: str, argv: Sequence, runner: Runner, workdir: Path,
-                 cwd=None, env=None, stdin=None):
+                 cwd=None, env=None, stdin=None, stdout=None):
+        """stdin: subprocess.PIPE gives the test proc.stdin to feed (e.g. to
+        hold a client's connection open: see feed_stdin); stdout: PIPE lets
+        the test read it at its own pace, otherwise it goes to out_path."""
         self.name = name
         self.runner = runner
         self.argv = runner.cmd(argv)
@@ -396,8 +441,9 @@ class Server:
         self.err_path = workdir / f"{name}.{runner.name}.stderr"
         self._out = open(self.out_path, "wb")
         self._err = open(self.err_path, "wb")
-        self.proc = subprocess.Popen(self.argv, stdin=(stdin or subprocess.DEVNULL), stdout=self._out,
-                                     stderr=self._err, cwd=cwd, env=env, start_new_session=True)
+        self.proc = subprocess.Popen(self.argv, stdin=(stdin or subprocess.DEVNULL),
+                                     stdout=(stdout or self._out), stderr=self._err, cwd=cwd,
+                                     env=env, start_new_session=True)
         self.pid = self.proc.pid
         self.returncode: Optional[int] = None
 
@@ -471,9 +517,12 @@ class Server:
         self._close_files()
 
     def _close_files(self):
-        for f in (self._out, self._err):
-            if not f.closed:
-                f.close()
+        for f in (self._out, self._err, self.proc.stdin, self.proc.stdout):
+            if f is not None and not f.closed:
+                try:
+                    f.close()
+                except OSError:  # a pipe whose reader died
+                    pass
 
     def check_output_clean(self):
         assert_no_error_lines(self.stderr(), f"server {self.name} [{self.runner}] stderr")
@@ -490,8 +539,10 @@ class ServerPool:
 
     def start(self, name: str, argv: Sequence, runner: Runner = PLAIN, *, port: Optional[int] = None,
               proto: str = "tcp", cwd=None, env=None, ready_timeout: float = 15,
-              count: int = 1) -> Server:
-        s = Server(name, argv, runner, self.workdir, cwd=cwd, env=env)
+              count: int = 1, stdin=None, stdout=None) -> Server:
+        """Also used for clients that must outlive a check (stdin=PIPE holds
+        them): they are killed at teardown like any server."""
+        s = Server(name, argv, runner, self.workdir, cwd=cwd, env=env, stdin=stdin, stdout=stdout)
         self.servers.append(s)
         if port is not None:
             s.wait_port(port, proto, ready_timeout, count)
@@ -680,10 +731,15 @@ def dump_stat(procs) -> str:
     return json.dumps(procs, indent=1)[:6000]
 
 
-def check_server_stat(server: Server, port: Optional[int] = None, *, proto: str = "tcp",
-                      comm: Optional[str] = None, reason: Optional[str] = None) -> tuple[dict, list]:
-    """Stat of a live server (through vsocket): present, all sockets kernel,
-    listening (tcp) / bound (udp) on port.  Returns (procs, sockets)."""
+def check_server_stat(server: Server, port: Optional[int] = None, *, peer: str,
+                      proto: str = "tcp", comm: Optional[str] = None, reason: Optional[str] = None,
+                      min_conns: int = 0, settled: bool = True, min_shm: int = 0
+                      ) -> tuple[dict, list]:
+    """Stat of a live server (through vsocket): present, listening (tcp) /
+    bound (udp) on port, and every socket on its path (check_tcp_paths with
+    peer="vsocket" when the clients run under vsocket, "plain" when they do
+    not).  With `reason` (e.g. disabled-by-config) every socket must instead
+    be kernel with exactly that reason.  Returns (procs, sockets)."""
     assert server.alive(), f"server died:\n{server.describe()}"
     procs = stat_for_tree(server.runner.vsocket, server.pid)
     assert procs, (f"{server.name}: none of its processes {sorted(server.tree())} is listed by "
@@ -692,13 +748,287 @@ def check_server_stat(server: Server, port: Optional[int] = None, *, proto: str 
     if comm is not None:
         comms = {p.get("comm") for p in procs.values()}
         assert comm in comms, f"{server.name}: no process with comm {comm!r} in stat: {comms}"
-    socks = check_kernel_sockets(procs, f"server {server.name}", reason)
+    if reason is not None:
+        socks = check_kernel_sockets(procs, f"server {server.name}", reason)
+    else:
+        socks = check_tcp_paths(procs, f"server {server.name}", peer=peer, min_conns=min_conns,
+                                settled=settled, min_shm=min_shm)
     if port is not None:
         want = "listening" if proto == "tcp" else ("bound", "open", "connected")
         found = find_sockets(socks, proto=proto, state=want, port=port, closed=False)
         assert found, (f"{server.name}: no {proto} socket in state {want} on port {port} in "
                        f"vsocket stat:\n{dump_stat(procs)}")
     return procs, socks
+
+
+# --------------------------------------------------------------------------
+# the path of each socket: kernel or shm
+#
+# Terms: a *connection* is a TCP socket with a peer address that is not
+# listening (connected, connecting, or closed after having been connected);
+# everything else (UDP, listening, unconnected TCP) is never accelerated and
+# must be `kernel` with a reason.  Records of one connection are grouped by
+# its pair of addresses, so the records of both ends, of a forking server's
+# parent and child, or of successive samples form one group.
+
+PEER_NOT_VSOCKET = "peer-not-vsocket"
+# Reasons a handshake with the peer ends with (docs/design/shm-transport.md
+# DECLINE, and the ones src/ uses): never right between two vsocket processes
+# on loopback, whatever the timing, so they fail a check at once, even in a
+# sample.  Any other reason on a connection (e.g. upgrade-pending) counts as
+# "not decided yet": tolerated only where records may predate the handshake
+# (settled=False); a settled check wants shm regardless.
+DECLINE_REASONS = frozenset({PEER_NOT_VSOCKET, "peer-not-local", "peer-credentials",
+                             "peer-proof-failed", "handshake-malformed", "handshake-timeout",
+                             "version-mismatch", "no-resources"})
+
+
+def is_connection(s: dict) -> bool:
+    return s.get("proto") == "tcp" and bool(s.get("peer")) and s.get("state") != "listening"
+
+
+def conn_key(s: dict) -> frozenset:
+    """Same for both ends of a connection."""
+    return frozenset((s.get("local"), s.get("peer")))
+
+
+def stat_sockets(procs) -> list[dict]:
+    """All sockets of `procs` ({pid: record}, [record] or a list of such, in
+    time order), each annotated with its process's pid ("_pid") and comm."""
+    if isinstance(procs, dict):
+        procs = list(procs.values())
+    out = []
+    for p in procs:
+        if isinstance(p, dict) and "sockets" not in p and all(isinstance(v, dict) for v in p.values()):
+            out.extend(stat_sockets(p))     # a sample: {pid: record}
+            continue
+        for s in p.get("sockets", []):
+            out.append(dict(s, _pid=p.get("pid"), _comm=p.get("comm")))
+    return out
+
+
+def expected_path(peer: str) -> str:
+    """Human-readable expectation for a TCP connection whose other end is
+    `peer` ("vsocket" or "plain")."""
+    built = ",".join(BUILT_TRANSPORTS) if BUILT_TRANSPORTS is not None else "unknown"
+    src = (f"VSOCKET_COMPAT_EXPECT_SHM={_EXPECT_SHM}" if _EXPECT_SHM
+           else f"`vsocket version`: transports built: {built}")
+    if not SHM_BUILT:
+        return f"transport kernel with a non-empty reason (SHM_BUILT=False; {src})"
+    if peer == "vsocket":
+        return f"transport shm: both ends run under vsocket (SHM_BUILT=True; {src})"
+    return (f"transport kernel, reason {PEER_NOT_VSOCKET}: the other end runs without vsocket "
+            f"(SHM_BUILT=True; {src})")
+
+
+def _describe_sock(s: dict) -> str:
+    return (f"{s.get('local')} <-> {s.get('peer') or '-'} [{s.get('proto')} {s.get('state')}, "
+            f"pid {s.get('_pid')} {s.get('_comm')} fd {s.get('fd')}] transport={s.get('transport')} "
+            f"reason={s.get('reason')!r} rx_bytes={s.get('rx_bytes')} tx_bytes={s.get('tx_bytes')}")
+
+
+def tcp_path_problems(socks: list[dict], *, peer: str, settled: bool = True, min_conns: int = 0,
+                      min_shm: int = 0, idle_ok: bool = True) -> tuple[list[str], bool]:
+    """(problems, fatal) of annotated socket records (stat_sockets), in time
+    order.  peer: "vsocket" when both ends of every connection run under
+    vsocket, "plain" when the other end does not.
+
+    settled=True (records read after the traffic, or of a connection held open
+    long enough): every connection must be on its final path — with SHM_BUILT
+    and peer="vsocket", at least one record of the connection on shm and its
+    byte counters > 0; with peer="plain", its latest record kernel with reason
+    peer-not-vsocket.  settled=False (samples taken while a client ran, which
+    may predate the handshake, or the record a forking server's parent closed
+    at once): undecided connections are tolerated, but none may show a path
+    or reason that contradicts the expectation, and at least `min_shm`
+    connections must have been seen on shm (SHM_BUILT, peer="vsocket").
+
+    idle_ok: a connection closed without a byte moved either way (e.g. wrk's
+    connect+close probe) has no data path to check: with peer="vsocket" it
+    only has to be kernel or shm, whatever the reason.  Pass idle_ok=False
+    for a connection the test knows carried data.
+
+    `fatal` marks problems that waiting cannot fix (a wrong transport)."""
+    assert peer in ("vsocket", "plain"), peer
+    problems: list[str] = []
+    fatal = False
+    groups: dict[frozenset, list[dict]] = {}
+    for s in socks:
+        if is_connection(s):
+            groups.setdefault(conn_key(s), []).append(s)
+            continue
+        if s.get("transport") != "kernel" or not s.get("reason"):
+            fatal = fatal or s.get("transport") != "kernel"
+            problems.append("not a TCP connection (UDP, listening or unconnected), so it must be "
+                            "kernel with a reason: " + _describe_sock(s))
+    if len(groups) < min_conns:
+        problems.append(f"expected at least {min_conns} TCP connection(s), stat lists {len(groups)}")
+    shm_conns = 0
+    for recs in groups.values():
+        last = recs[-1]
+        if not SHM_BUILT:
+            for s in recs:
+                if s.get("transport") != "kernel" or not s.get("reason"):
+                    fatal = fatal or s.get("transport") != "kernel"
+                    problems.append("not kernel with a reason: " + _describe_sock(s))
+            continue
+        if peer == "vsocket":
+            if idle_ok and all(s.get("closed") and not s.get("rx_bytes") and not s.get("tx_bytes")
+                               and s.get("transport") in ("shm", "kernel") for s in recs):
+                continue
+            wrong = [s for s in recs if s.get("transport") not in ("shm", "kernel")
+                     or (s.get("transport") == "kernel" and s.get("reason") in DECLINE_REASONS)]
+            for s in wrong:
+                fatal = True
+                problems.append("between two vsocket processes, but fell back / wrong transport: "
+                                + _describe_sock(s))
+            on_shm = [s for s in recs if s.get("transport") == "shm"]
+            if on_shm:
+                shm_conns += 1
+                moved = max(s.get("rx_bytes", 0) + s.get("tx_bytes", 0) for s in on_shm)
+                if settled and moved <= 0:
+                    problems.append("on shm but its counters show no byte moved: "
+                                    + _describe_sock(on_shm[-1]))
+            elif settled and not wrong:
+                problems.append("should be on shm, is not: " + "\n      also: ".join(
+                    _describe_sock(s) for s in recs[-4:]))
+        else:
+            for s in recs:
+                if s.get("transport") != "kernel":
+                    fatal = True
+                    problems.append("the other end runs without vsocket, yet transport is not "
+                                    "kernel: " + _describe_sock(s))
+                elif s.get("reason") in DECLINE_REASONS and s.get("reason") != PEER_NOT_VSOCKET:
+                    fatal = True
+                    problems.append("wrong reason: " + _describe_sock(s))
+            if settled and last.get("transport") == "kernel" and last.get("reason") != PEER_NOT_VSOCKET:
+                problems.append(f"reason is not {PEER_NOT_VSOCKET}: " + _describe_sock(last))
+    if SHM_BUILT and peer == "vsocket" and shm_conns < min_shm:
+        problems.append(f"expected at least {min_shm} connection(s) seen on shm, saw {shm_conns}")
+    return problems, fatal
+
+
+def _paths_message(what: str, peer: str, problems: list[str], procs) -> str:
+    shown = problems[:25] + ([f"... and {len(problems) - 25} more"] if len(problems) > 25 else [])
+    return (f"{what}: sockets not on the expected path.\nexpected for TCP connections: "
+            f"{expected_path(peer)}\n  " + "\n  ".join(shown)
+            + f"\n--- vsocket stat --json --all (these processes) ---\n{dump_stat(procs)}")
+
+
+def check_tcp_paths(procs, what: str, *, peer: str, settled: bool = True, min_conns: int = 0,
+                    min_shm: int = 0, idle_ok: bool = True) -> list[dict]:
+    """Assert tcp_path_problems() finds nothing in `procs` (stat records:
+    {pid: record}, a list of them, or a list of samples).  Returns all
+    sockets annotated with "_pid" and "_comm" (check_kernel_sockets' shape)."""
+    flat = procs if isinstance(procs, dict) else list(procs)
+    assert flat, f"{what}: no vsocket process found in `vsocket stat --json --all`"
+    socks = stat_sockets(procs)
+    problems, _fatal = tcp_path_problems(socks, peer=peer, settled=settled, min_conns=min_conns,
+                                         min_shm=min_shm, idle_ok=idle_ok)
+    assert not problems, _paths_message(what, peer, problems, procs)
+    return socks
+
+
+def wait_tcp_paths(fetch: Callable[[], object], what: str, *, peer: str, timeout: float = 3.0,
+                   min_conns: int = 1, settled: bool = True, min_shm: int = 0,
+                   idle_ok: bool = True,
+                   select: Optional[Callable[[dict], bool]] = None) -> list[dict]:
+    """Poll fetch() (-> stat records, as check_tcp_paths takes) until its
+    sockets are on their settled path, for up to `timeout` s (scaled): the
+    handshake that decides shm or peer-not-vsocket may take 1-2 s after
+    connection set-up.  Fails at once on a fatal problem (e.g. a connection
+    on shm whose other end is plain).  select: only check the sockets it
+    accepts."""
+    deadline = time.monotonic() + T(timeout)
+    while True:
+        procs = fetch()
+        socks = [s for s in stat_sockets(procs) if select is None or select(s)]
+        problems, fatal = tcp_path_problems(socks, peer=peer, settled=settled,
+                                            min_conns=min_conns, min_shm=min_shm, idle_ok=idle_ok)
+        if not problems:
+            return socks
+        if fatal or time.monotonic() >= deadline:
+            why = "" if fatal else f" (still so after {T(timeout):.1f}s of polling)"
+            pytest.fail(_paths_message(what + why, peer, problems, procs), pytrace=False)
+        time.sleep(0.1)
+
+
+def check_sampled_paths(sampler: "StatSampler", what: str, *, peer: str, min_conns: int = 0,
+                        min_shm: int = 1) -> list[dict]:
+    """Path check over every sample a StatSampler took of a client while it
+    ran.  A sample may predate a connection's handshake, so this is the
+    settled=False check: no connection ever on a contradicting path, and (with
+    SHM_BUILT and peer="vsocket") at least `min_shm` connections seen on shm.
+    Returns the sockets of the merged (latest per process) sample."""
+    assert not sampler.errors, sampler.errors[:3]
+    assert sampler.samples, f"{what}: vsocket stat never listed it while it ran"
+    socks = stat_sockets(sampler.samples)
+    problems, _fatal = tcp_path_problems(socks, peer=peer, settled=False, min_conns=min_conns,
+                                         min_shm=min_shm)
+    assert not problems, _paths_message(what, peer, problems, sampler.merged())
+    return stat_sockets(sampler.merged())
+
+
+# --------------------------------------------------------------------------
+# holding a client open while its connection is checked
+
+
+def feed_stdin(proc: subprocess.Popen, data_path: Path, *, close: bool = False) -> threading.Thread:
+    """Write the file into proc's stdin pipe from a thread (so the test never
+    blocks on it); the pipe stays open unless close=True: the client then
+    keeps its connection until the test closes it (proc.stdin.close())."""
+    def run():
+        try:
+            with open(data_path, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 16), b""):
+                    proc.stdin.write(chunk)
+            proc.stdin.flush()
+            if close:
+                proc.stdin.close()
+        except (BrokenPipeError, ValueError, OSError):
+            pass  # the client died or was killed: the test reports that
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def read_pipe(pipe, n: Optional[int], timeout: float, what: str) -> bytes:
+    """Read n bytes (None: up to EOF) from a pipe, bounded (scaled)."""
+    import select
+    deadline = time.monotonic() + T(timeout)
+    buf = bytearray()
+    fd = pipe.fileno()
+    while n is None or len(buf) < n:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            pytest.fail(f"{what}: read {len(buf)} bytes"
+                        f"{'' if n is None else f' of {n}'} within {T(timeout):.0f}s", pytrace=False)
+        r, _, _ = select.select([fd], [], [], left)
+        if not r:
+            continue
+        chunk = os.read(fd, 1 << 16 if n is None else min(1 << 16, n - len(buf)))
+        if not chunk:
+            if n is None:
+                break
+            pytest.fail(f"{what}: EOF after {len(buf)} of {n} bytes", pytrace=False)
+        buf += chunk
+    return bytes(buf)
+
+
+def wait_until(cond: Callable[[], bool], timeout: float, describe: Callable[[], str],
+               procs: Sequence[Server] = ()):
+    """Poll cond() (bounded, scaled); fails if it stays false or one of the
+    given processes exits meanwhile."""
+    deadline = time.monotonic() + T(timeout)
+    while not cond():
+        for p in procs:
+            if not p.alive() and not cond():
+                pytest.fail(f"{p.name} exited while waiting: {describe()}\n{p.describe()}",
+                            pytrace=False)
+        if time.monotonic() >= deadline:
+            pytest.fail(f"timed out after {T(timeout):.0f}s waiting: {describe()}\n"
+                        + "\n".join(p.describe() for p in procs), pytrace=False)
+        time.sleep(0.02)
 
 
 # --------------------------------------------------------------------------

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from conftest import (check_kernel_sockets, check_server_stat, dump_stat, find_sockets,
-                      finish_comparison, free_port, require_program, run_sampled, stat_for_tree)
+from conftest import (check_sampled_paths, check_server_stat, dump_stat, find_sockets,
+                      finish_comparison, free_port, require_program, run_sampled)
 
 pytestmark = pytest.mark.iperf3
 
@@ -50,16 +50,19 @@ def run_iperf3(runner, servers, case):
 
     if runner.preloaded:
         # the client, sampled while it ran
-        assert not sampler.errors, sampler.errors[:3]
+        # control connection (TCP: shm with SHM_BUILT) + data sockets (TCP: shm; UDP: kernel)
         client = sampler.merged()
-        csocks = check_kernel_sockets(client, "iperf3 client")
+        csocks = check_sampled_paths(sampler, "iperf3 client", peer="vsocket",
+                                     min_conns=1 if udp else 1 + n_streams)
         want = "udp" if udp else "tcp"
         assert find_sockets(csocks, proto="tcp", peer_port=port), \
             f"client: no control connection to port {port}:\n{dump_stat(client)}"
         assert find_sockets(csocks, proto=want, peer_port=port), \
             f"client: no {want} data socket to port {port}:\n{dump_stat(client)}"
         # the server, after the run: listening socket + the closed data sockets
-        procs, socks = check_server_stat(srv, port, comm="iperf3")
+        # every accepted connection (control and, for TCP, data) on its path
+        procs, socks = check_server_stat(srv, port, comm="iperf3", peer="vsocket",
+                                         min_conns=1 if udp else 1 + n_streams)
         data_socks = find_sockets(socks, proto=want, port=port)
         data_socks = [s for s in data_socks if s.get("peer")]
         assert data_socks, f"server: no {want} data socket on port {port}:\n{dump_stat(procs)}"
@@ -77,8 +80,10 @@ def test_iperf3(case, runners, servers):
     """iperf3 -t 2 completes with and without vsocket, no error, the requested
     number of streams; TCP: the receiver got what was sent (up to what was
     still in flight at the end); UDP: most datagrams arrive.  With vsocket the
-    client (sampled while running) and the server are in vsocket stat, all
-    kernel, and the server's stat counts at least the bytes iperf3 moved."""
+    client (sampled while running) and the server are in vsocket stat, their
+    TCP connections (control and data) on shm when the build has it (kernel
+    otherwise), UDP data sockets and the listener on kernel, and the server's
+    stat counts at least the bytes iperf3 moved."""
     results = {r.name: run_iperf3(r, servers, case) for r in runners}
     finish_comparison(results)
     # throughput is not compared (no performance assertions); both ran cleanly

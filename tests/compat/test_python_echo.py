@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from conftest import (PROGS, T, check_kernel_sockets, check_server_stat, dump_stat,
-                      find_sockets, finish_comparison, run_cmd, stat_for_tree, free_port)
+from conftest import (PROGS, check_server_stat, check_tcp_paths, dump_stat, find_sockets,
+                      finish_comparison, free_port, run_cmd, stat_for_tree)
 
 pytestmark = pytest.mark.python_echo
 
@@ -51,7 +51,10 @@ def run_echo(runner, servers, host, proto, client_args, seed=7):
 
     stat_socks = None
     if runner.preloaded:
-        procs, stat_socks = check_server_stat(srv, port, proto=proto)
+        # TCP: every accepted connection on shm with SHM_BUILT; UDP (and the
+        # TCP listener of --proto both): kernel
+        procs, stat_socks = check_server_stat(srv, port, proto=proto, peer="vsocket",
+                                              min_conns=int(client["conns"]) if proto == "tcp" else 0)
         assert any(p.get("comm", "").startswith("python") for p in procs.values()), dump_stat(procs)
     rc = srv.stop(signal.SIGTERM)
     assert rc == 0, f"[{runner}] echo_server exit code {rc}\n{srv.describe()}"
@@ -71,7 +74,8 @@ def run_echo(runner, servers, host, proto, client_args, seed=7):
 @pytest.mark.parametrize("case", list(CASES))
 def test_python_echo(case, runners, servers):
     """Same bytes echoed (sha256, counts) with and without vsocket; the
-    server's listening/bound socket is listed as kernel with a reason."""
+    server's listening/bound socket is listed as kernel with a reason, its
+    TCP connections on shm when the build has it."""
     host, proto, args = CASES[case]
     results = {}
     for runner in runners:
@@ -88,7 +92,8 @@ def test_python_echo(case, runners, servers):
 @pytest.mark.parametrize("proto", ["tcp", "udp"])
 def test_python_echo_stat_counters(proto, vsocket_runner, servers):
     """vsocket stat's byte/message counters of the server match what the
-    client really sent: rx_bytes == tx_bytes == bytes echoed."""
+    client really sent: rx_bytes == tx_bytes == bytes echoed (on shm when
+    the build has it: the counters cover both paths)."""
     host = "127.0.0.1"
     port = free_port()
     srv = servers.start("echo_server", [PY, PROGS / "echo_server.py", "--host", host,
@@ -103,7 +108,8 @@ def test_python_echo_stat_counters(proto, vsocket_runner, servers):
     sent = int(client["bytes_sent"])
 
     procs = stat_for_tree(vsocket_runner.vsocket, srv.pid)
-    socks = check_kernel_sockets(procs, "echo_server")
+    socks = check_tcp_paths(procs, "echo_server", peer="vsocket",
+                            min_conns=int(client["conns"]) if proto == "tcp" else 0)
     if proto == "tcp":
         conns = find_sockets(socks, proto="tcp", port=port,
                              state=("connected", "closed", "open", "connecting"))
@@ -133,5 +139,5 @@ def test_stat_reason_disabled_by_config(vsocket_runner, servers):
     res = run_cmd([PY, PROGS / "echo_client.py", "--port", port, "--conns", "2",
                    "--messages", "10"], runner, timeout=60)
     assert "result=PASS" in res.stdout, res.describe()
-    check_server_stat(srv, port, reason="disabled-by-config")
+    check_server_stat(srv, port, peer="vsocket", reason="disabled-by-config")
     assert srv.stop() == 0, srv.describe()

@@ -1,14 +1,22 @@
 """socat and ncat: files piped through TCP (IPv4 and IPv6), a forking socat
-echo server, and ncat --exec (a socket inherited across fork + exec)."""
+echo server, and ncat --exec (a socket inherited across fork + exec).
+
+These servers end a connection's life quickly (a single-shot listener exits,
+a forked child exits), so the path of each connection is checked while it is
+still open: the client reads its input from a pipe the test holds open once
+every byte went through (feed_stdin), or the test pauses reading the client's
+output (ncat --exec)."""
 
 import hashlib
 import socket
+import subprocess
 
 import pytest
 
-from conftest import (assert_no_error_lines, check_server_stat, dump_stat, find_sockets,
-                      finish_comparison, free_port, make_random_file, require_program, run_cmd,
-                      sha256_file)
+from conftest import (assert_no_error_lines, check_server_stat, conn_key, dump_stat, feed_stdin,
+                      find_sockets, finish_comparison, free_port, is_connection, make_random_file,
+                      port_of, read_pipe, require_program, sha256_file, stat_for_tree,
+                      wait_tcp_paths, wait_until)
 
 FAMILIES = {"ipv4": ("127.0.0.1", socket.AF_INET), "ipv6": ("::1", socket.AF_INET6)}
 SIZE = 5 * 1024 * 1024 + 123
@@ -30,6 +38,37 @@ def socat_addr(host, port, listen):
     return f"TCP4-LISTEN:{port},bind={host},reuseaddr" if listen else f"TCP4:{host}:{port}"
 
 
+def size_of(path):
+    return path.stat().st_size if path.exists() else 0
+
+
+def held_conn_key(client, port):
+    """Key (conn_key) of the client's one open TCP connection to port, from stat."""
+    found = []
+
+    def have():
+        socks = [dict(s) for p in stat_for_tree(client.runner.vsocket, client.pid).values()
+                 for s in p.get("sockets", [])]
+        found[:] = [s for s in socks if is_connection(s) and port_of(s.get("peer")) == port
+                    and not s.get("closed")]
+        return bool(found)
+    wait_until(have, 10, lambda: f"{client.name}'s connection to port {port} in vsocket stat",
+               [client])
+    return conn_key(found[0])
+
+
+def check_held_connection(srv, client, port):
+    """Both ends hold the connection open: the server's records of it must be
+    on its path (shm with SHM_BUILT), polled up to 3 s; the client's must
+    not contradict it."""
+    key = held_conn_key(client, port)
+    vs = srv.runner.vsocket
+    wait_tcp_paths(lambda: stat_for_tree(vs, srv.pid), f"{srv.name} (server)", peer="vsocket",
+                   idle_ok=False, select=lambda s: conn_key(s) == key)
+    wait_tcp_paths(lambda: stat_for_tree(vs, client.pid), f"{client.name} (client)",
+                   peer="vsocket", settled=False, select=lambda s: conn_key(s) == key)
+
+
 def run_socat_push(runner, servers, tmp_path, family, payload):
     socat = require_program("socat")
     host, fam = FAMILIES[family]
@@ -39,8 +78,17 @@ def run_socat_push(runner, servers, tmp_path, family, payload):
     srv = servers.start("socat-recv", [socat, "-u", socat_addr(host, port, True),
                                        f"OPEN:{dst},creat,trunc"], runner, port=port)
     if runner.preloaded:
-        check_server_stat(srv, port, comm="socat")
-    run_cmd([socat, "-u", f"OPEN:{src}", socat_addr(host, port, False)], runner, timeout=60)
+        check_server_stat(srv, port, comm="socat", peer="vsocket")
+    cli = servers.start("socat-send", [socat, "-u", "STDIN", socat_addr(host, port, False)],
+                        runner, stdin=subprocess.PIPE)
+    feed_stdin(cli.proc, src)
+    wait_until(lambda: dst.exists() and dst.stat().st_size >= SIZE, 60,
+               lambda: f"{dst} to reach {SIZE} bytes (has {size_of(dst)})", [srv, cli])
+    if runner.preloaded:
+        check_held_connection(srv, cli, port)
+    cli.proc.stdin.close()
+    assert cli.wait_exit(timeout=30) == 0, cli.describe()
+    cli.check_output_clean()
     rc = srv.wait_exit(timeout=30)
     assert rc == 0, srv.describe()
     srv.check_output_clean()
@@ -53,7 +101,9 @@ def run_socat_push(runner, servers, tmp_path, family, payload):
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_socat_file_transfer(family, runners, servers, tmp_path, payload):
     """A 5 MB file pushed with `socat -u` arrives with the same sha256 with
-    and without vsocket; the listening socat is in vsocket stat."""
+    and without vsocket; the listening socat is in vsocket stat, and once the
+    file went through, the still open connection is on shm in the receiving
+    socat when the build has it."""
     results = {r.name: run_socat_push(r, servers, tmp_path, family, payload) for r in runners}
     finish_comparison(results)
     assert results["plain"] == results["vsocket"] == payload[1]
@@ -67,14 +117,26 @@ def run_socat_echo(runner, servers, tmp_path, payload):
                                        "EXEC:cat"], runner, port=port)
     digests = []
     for i in range(2):
-        dst = tmp_path / f"socat-echo-{runner.name}-{i}.out"
-        with open(src, "rb") as fin, open(dst, "wb") as fout:
-            run_cmd([socat, "-t", "10", "-", f"TCP4:127.0.0.1:{port}"], runner, stdin=fin,
-                    stdout=fout, timeout=60)
+        cli = servers.start(f"socat-echo-client{i}", [socat, "-t", "10", "-",
+                                                      f"TCP4:127.0.0.1:{port}"],
+                            runner, stdin=subprocess.PIPE)
+        dst = cli.out_path
+        feed_stdin(cli.proc, src)
+        wait_until(lambda: dst.stat().st_size >= SIZE, 60,
+                   lambda: f"echo #{i} to reach {SIZE} bytes (has {size_of(dst)})", [srv, cli])
+        if runner.preloaded:
+            # the forked socat child serving this connection holds it (the
+            # parent's copy, closed right after fork, is grouped with it)
+            check_held_connection(srv, cli, port)
+        cli.proc.stdin.close()
+        assert cli.wait_exit(timeout=30) == 0, cli.describe()
+        cli.check_output_clean()
         digests.append(sha256_file(dst))
         assert digests[-1] == digest, f"[{runner}] echo #{i} differs ({dst.stat().st_size} bytes)"
     if runner.preloaded:
-        procs, socks = check_server_stat(srv, port, comm="socat")
+        # after the children exited: the parent's copies may predate the handshake
+        procs, socks = check_server_stat(srv, port, comm="socat", peer="vsocket", min_conns=2,
+                                         settled=False)
     assert srv.alive(), srv.describe()
     srv.stop()
     srv.check_output_clean()
@@ -84,7 +146,8 @@ def run_socat_echo(runner, servers, tmp_path, payload):
 @pytest.mark.socat
 def test_socat_echo_fork(runners, servers, tmp_path, payload):
     """`socat TCP-LISTEN:…,fork EXEC:cat` (fork per connection, exec of cat):
-    two clients each get their 5 MB back intact, with and without vsocket."""
+    two clients each get their 5 MB back intact, with and without vsocket;
+    with vsocket the forked child's connection is on shm when the build has it."""
     results = {r.name: run_socat_echo(r, servers, tmp_path, payload) for r in runners}
     finish_comparison(results)
     assert results["plain"] == results["vsocket"]
@@ -103,12 +166,21 @@ def run_ncat_push(runner, servers, tmp_path, family, payload):
     srv = servers.start("ncat-recv", [ncat, flag, "-l", host, port, "--recv-only"], runner,
                         port=port)
     if runner.preloaded:
-        procs, socks = check_server_stat(srv, port, comm="ncat")
+        procs, socks = check_server_stat(srv, port, comm="ncat", peer="vsocket")
         fams = {s.get("family") for s in find_sockets(socks, proto="tcp", state="listening",
                                                        port=port)}
         assert fams == {"ipv6" if fam == socket.AF_INET6 else "ipv4"}, dump_stat(procs)
-    with open(src, "rb") as fin:
-        run_cmd([ncat, flag, "--send-only", host, port], runner, stdin=fin, timeout=60)
+    cli = servers.start("ncat-send", [ncat, flag, "--send-only", host, port], runner,
+                        stdin=subprocess.PIPE)
+    feed_stdin(cli.proc, src)
+    wait_until(lambda: srv.out_path.stat().st_size >= SIZE, 60,
+               lambda: f"ncat listener's output to reach {SIZE} bytes "
+                       f"(has {size_of(srv.out_path)})", [srv, cli])
+    if runner.preloaded:
+        check_held_connection(srv, cli, port)
+    cli.proc.stdin.close()
+    assert cli.wait_exit(timeout=30) == 0, cli.describe()
+    cli.check_output_clean()
     rc = srv.wait_exit(timeout=30)
     assert rc == 0, srv.describe()
     got = sha256_file(srv.out_path)
@@ -122,7 +194,8 @@ def run_ncat_push(runner, servers, tmp_path, family, payload):
 def test_ncat_file_transfer(family, runners, servers, tmp_path, payload):
     """`ncat --send-only` → `ncat -l --recv-only`: the 5 MB file arrives with
     the same sha256 with and without vsocket; the listener is in vsocket stat
-    with the right address family."""
+    with the right address family, and once the file went through, the still
+    open connection is on shm in the listener when the build has it."""
     results = {r.name: run_ncat_push(r, servers, tmp_path, family, payload) for r in runners}
     finish_comparison(results)
     assert results["plain"] == results["vsocket"] == payload[1]
@@ -137,12 +210,30 @@ def run_ncat_exec(runner, servers, tmp_path, payload):
                                       "--exec", f"{cat} {src}"], runner, port=port)
     digests = []
     for i in range(3):
-        res = run_cmd([ncat, "-4", "--recv-only", "127.0.0.1", port], runner, timeout=60,
-                      text_stdout=False)
-        digests.append(hashlib.sha256(res.stdout).hexdigest())
-        assert digests[-1] == digest, f"[{runner}] download #{i}: {len(res.stdout)} bytes, differs"
+        cli = servers.start(f"ncat-get{i}", [ncat, "-4", "--recv-only", "127.0.0.1", port], runner,
+                            stdout=subprocess.PIPE)
+        what = f"[{runner}] download #{i}"
+        head = read_pipe(cli.proc.stdout, 1 << 20, 60, what)
+        if runner.preloaded:
+            # paused mid-download: the connection is open in the client and in
+            # the exec'd cat (if it is still writing); the ncat parent closed
+            # its copy right after fork.  The records of all of them for this
+            # connection: at least one on shm (with SHM_BUILT), none
+            # contradicting it.
+            key = held_conn_key(cli, port)
+            vs = runner.vsocket
+            wait_tcp_paths(lambda: [*stat_for_tree(vs, srv.pid).values(),
+                                    *stat_for_tree(vs, cli.pid).values()],
+                           f"ncat --exec server + client, download #{i}", peer="vsocket",
+                           idle_ok=False, select=lambda s: conn_key(s) == key)
+        data = head + read_pipe(cli.proc.stdout, None, 60, what)
+        assert cli.wait_exit(timeout=30) == 0, cli.describe()
+        cli.check_output_clean()
+        digests.append(hashlib.sha256(data).hexdigest())
+        assert digests[-1] == digest, f"{what}: {len(data)} bytes, differs"
     if runner.preloaded:
-        procs, socks = check_server_stat(srv, port, comm="ncat")
+        # the parent's copies (closed at fork) may predate the handshake
+        procs, socks = check_server_stat(srv, port, comm="ncat", peer="vsocket", settled=False)
     srv.stop()
     srv.check_output_clean()
     return digests
@@ -152,7 +243,8 @@ def run_ncat_exec(runner, servers, tmp_path, payload):
 def test_ncat_exec(runners, servers, tmp_path, payload):
     """`ncat -l --keep-open --exec "cat FILE"`: the connection's socket is
     inherited by a forked and exec'd cat that writes the file into it; three
-    downloads get the right sha256 with and without vsocket."""
+    downloads get the right sha256 with and without vsocket; with vsocket
+    each connection, checked mid-download, is on shm when the build has it."""
     results = {r.name: run_ncat_exec(r, servers, tmp_path, payload) for r in runners}
     finish_comparison(results)
     assert results["plain"] == results["vsocket"]
