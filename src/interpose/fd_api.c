@@ -154,3 +154,33 @@ VS_EXPORT int ioctl(int fd, unsigned long request, ...)
     }
     return vs_real.ioctl(fd, request, arg);
 }
+
+/* Bytes that libc's stdio or the kernel's splice move never pass through our
+ * wrappers: such a connection goes back to TCP first (transport/shm). */
+static void leave_rings(int fd, const char *reason)
+{
+    struct vs_sock *s = fd >= 0 ? vs_fd_get(fd) : NULL;
+    if (!s)
+        return;
+    int saved_errno = errno;
+    if (s->shm)
+        vs_shm_leave(s, reason);
+    vs_sock_put(s);
+    errno = saved_errno;
+}
+
+VS_EXPORT FILE *fdopen(int fd, const char *mode)
+{
+    VS_REAL_READY();
+    leave_rings(fd, "stdio-on-socket");
+    return vs_real.fdopen(fd, mode);
+}
+
+VS_EXPORT ssize_t splice(int fd_in, loff_t *off_in, int fd_out, loff_t *off_out, size_t len,
+                         unsigned int flags)
+{
+    VS_REAL_READY();
+    leave_rings(fd_in, "splice");
+    leave_rings(fd_out, "splice");
+    return vs_real.splice(fd_in, off_in, fd_out, off_out, len, flags);
+}

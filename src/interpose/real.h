@@ -65,6 +65,8 @@
     X(int, epoll_pwait, (int, struct epoll_event *, int, int, const sigset_t *))                   \
     X(int, epoll_pwait2,                                                                           \
       (int, struct epoll_event *, int, const struct timespec *, const sigset_t *))                 \
+    X(FILE *, fdopen, (int, const char *))                                                         \
+    X(ssize_t, splice, (int, loff_t *, int, loff_t *, size_t, unsigned int))                       \
     X(int, sigaction, (int, const struct sigaction *, struct sigaction *))                         \
     X(sighandler_t, signal, (int, sighandler_t))                                                   \
     X(pid_t, fork, (void))                                                                         \

@@ -178,18 +178,35 @@ void vs_shm_fork_failed(void)
     pthread_mutex_unlock(&conns_lock);
 }
 
+/* Leaves the rings for good (under ctl_lock): see proto.h, REVERT. */
+static void leave_locked(struct vs_shm_conn *c, const char *reason)
+{
+    if (vs_shm_done(c) && c->chan >= 0) {
+        uint64_t consumed = c->rx.pos;
+        uint64_t end = atomic_load(&c->tx_switched) ? c->tx.pos : 0;
+        vs_shm_send_msg(c, VS_MSG_REVERT, consumed, end);
+    }
+    if (vs_shm_active(c))
+        vs_shm_conn_fail(c, reason);
+}
+
+void vs_shm_leave(struct vs_sock *s, const char *reason)
+{
+    struct vs_shm_conn *c = s->shm;
+    if (!c || !vs_shm_active(c))
+        return;
+    vs_plock_lock(&c->ctl_lock);
+    leave_locked(c, reason);
+    vs_plock_unlock(&c->ctl_lock);
+    vs_info("a connection leaves the rings: %s", reason);
+}
+
 void vs_shm_before_exec(void)
 {
     pthread_mutex_lock(&conns_lock);
     for (struct vs_shm_conn *c = conns; c; c = c->next) {
         vs_plock_lock(&c->ctl_lock);
-        if (vs_shm_done(c) && c->chan >= 0) {
-            uint64_t consumed = c->rx.pos;
-            uint64_t end = atomic_load(&c->tx_switched) ? c->tx.pos : 0;
-            vs_shm_send_msg(c, VS_MSG_REVERT, consumed, end);
-        }
-        if (vs_shm_active(c))
-            vs_shm_conn_fail(c, "left-by-exec");
+        leave_locked(c, "left-by-exec");
         vs_plock_unlock(&c->ctl_lock);
     }
     pthread_mutex_unlock(&conns_lock);
