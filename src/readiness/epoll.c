@@ -157,13 +157,16 @@ static void sync_kernel(struct vs_sock *s, struct rec *r, bool add)
 {
     struct epoll_event ev = {.events = tcp_events(s, r), .data.u64 = (uint64_t)(uintptr_t)r};
     vs_real.epoll_ctl(r->epfd, add ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, r->fd, &ev);
+    /* The old watch fd is never deleted by number: it was closed (which
+     * removed it from the set) or still belongs to this connection, and
+     * its number may by now name another connection's side channel. */
     int w = vs_shm_watch_fd(s);
     if (w != r->watch) {
-        if (r->watch >= 0)
-            vs_real.epoll_ctl(r->epfd, EPOLL_CTL_DEL, r->watch, NULL);
         struct epoll_event wev = {.events = EPOLLIN,
                                   .data.u64 = (uint64_t)(uintptr_t)r | WATCH_TAG};
-        r->watch = w >= 0 && vs_real.epoll_ctl(r->epfd, EPOLL_CTL_ADD, w, &wev) == 0 ? w : -1;
+        bool ok =
+            w >= 0 && (vs_real.epoll_ctl(r->epfd, EPOLL_CTL_ADD, w, &wev) == 0 || errno == EEXIST);
+        r->watch = ok ? w : -1;
     }
     r->gen = vs_shm_generation(s);
 }
@@ -176,21 +179,19 @@ static void perm_arm(struct vs_sock *s, struct rec *r)
     r->perm = nested[r->epfd] && !r->disabled ? vs_shm_arm(s, interest(r)) : 0;
 }
 
-static void rec_drop(struct rec *r, bool tell_kernel)
+/* Forgets a record. S: the socket, still open, whose registrations the
+ * user asked to delete; NULL when the fd was closed (the kernel dropped the
+ * registrations itself, and the numbers may already name other files). */
+static void rec_drop(struct rec *r, struct vs_sock *s)
 {
-    if (r->perm) {
-        struct vs_sock *s = rec_sock(r);
-        if (s) {
+    if (s) {
+        if (r->perm)
             vs_shm_disarm(s, r->perm);
-            vs_sock_put(s);
-        }
-        r->perm = 0;
-    }
-    if (tell_kernel) {
         vs_real.epoll_ctl(r->epfd, EPOLL_CTL_DEL, r->fd, NULL);
-        if (r->watch >= 0)
+        if (r->watch >= 0 && r->watch == vs_shm_watch_fd(s))
             vs_real.epoll_ctl(r->epfd, EPOLL_CTL_DEL, r->watch, NULL);
     }
+    r->perm = 0;
     rec_unlink(r);
 }
 
@@ -236,7 +237,7 @@ static int ctl_record(int epfd, int op, int fd, struct epoll_event *event, struc
         return -1;
     }
     if (op == EPOLL_CTL_DEL) {
-        rec_drop(r, true);
+        rec_drop(r, s);
         return 0;
     }
     if (!event) {
@@ -298,7 +299,13 @@ VS_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
     }
     int r;
     pthread_mutex_lock(&lock);
-    bool ours = s->shm && (vs_shm_translated(s) || find(epfd, fd));
+    /* A record left by a socket closed under this number is stale. */
+    struct rec *old = find(epfd, fd);
+    if (old && (old->sock != s || old->serial != s->serial)) {
+        rec_drop(old, NULL);
+        old = NULL;
+    }
+    bool ours = s->shm && (vs_shm_translated(s) || old);
     if (ours && epfd >= 0 && epfd < MAX_EPFD && setup()) {
         r = ctl_record(epfd, op, fd, event, s);
     } else {
@@ -398,7 +405,7 @@ static void translate(struct wait *w, const struct epoll_event *kev, int n)
         }
         struct vs_sock *s = rec_sock(r);
         if (!s) {
-            rec_drop(r, true);
+            rec_drop(r, NULL);
             continue;
         }
         if (!r->disabled) {
@@ -426,7 +433,7 @@ static void scan(struct wait *w, bool sync)
             continue;
         struct vs_sock *s = rec_sock(r);
         if (!s) {
-            rec_drop(r, true);
+            rec_drop(r, NULL);
             continue;
         }
         if (sync && r->gen != vs_shm_generation(s)) {

@@ -16,6 +16,7 @@
 
 #include <linux/sockios.h>
 
+#include "config/log.h"
 #include "interpose/real.h"
 #include "interpose/signals.h"
 #include "transport/shm/conn.h"
@@ -258,8 +259,12 @@ ssize_t vs_shm_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags)
             vs_shm_progress(c, fd);
             if (!knew && atomic_load(&c->rx_switch_known))
                 continue;
-            if (n == 0)
+            if (n == 0) {
+                vs_debug("recv fd %d: TCP EOF at %lu (switch known %d at %lu)", fd,
+                         (unsigned long)c->tcp_rx, atomic_load(&c->rx_switch_known),
+                         (unsigned long)c->rx_switch_at);
                 break;
+            }
         } else {
             struct iovec win[msg->msg_iovlen];
             int cnt = iov_window(msg->msg_iov, (int)msg->msg_iovlen, total, NO_LIMIT, win);
@@ -272,8 +277,10 @@ ssize_t vs_shm_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags)
                     break;
                 continue;
             }
-            if (n == 0)
+            if (n == 0) {
+                vs_debug("recv fd %d: ring EOF at %lu", fd, (unsigned long)c->rx.pos);
                 break;
+            }
             if (n == -EPROTO) {
                 err = ECONNRESET;
                 break;
@@ -281,8 +288,10 @@ ssize_t vs_shm_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags)
             int e = ring_empty(c, fd);
             if (e == 1)
                 continue;
-            if (e == 0)
+            if (e == 0) {
+                vs_debug("recv fd %d: peer gone at %lu", fd, (unsigned long)c->rx.pos);
                 break;
+            }
             if (e != -EAGAIN) {
                 err = -e;
                 break;
@@ -386,6 +395,7 @@ static ssize_t ring_send(struct vs_shm_conn *c, int fd, const struct iovec *iov,
             continue;
         }
         if (n == -EPIPE) {
+            vs_debug("ring_send: EPIPE from ring (reader_closed=%d)", vs_ring_peer_closed(&c->tx));
             if (total)
                 break;
             raise_sigpipe(flags);
@@ -397,21 +407,32 @@ static ssize_t ring_send(struct vs_shm_conn *c, int fd, const struct iovec *iov,
             return total ? (ssize_t)total : -ESTALE; /* continue on TCP */
         if (nonblock || fd_nonblocking(fd))
             return total ? (ssize_t)total : -EAGAIN;
-        int rc = sleep_on(c, fd, &c->tx, POLLRDHUP, &b);
+        /* The peer's end of TCP may be shut for writing since before our
+         * switch: that is no sign of death. Its side channel closing is (a
+         * clean close marks the ring, so vs_ring_write says EPIPE), and so
+         * is a reset. */
+        if (c->chan < 0) {
+            vs_debug("ring_send: side channel gone");
+            if (total)
+                break;
+            raise_sigpipe(flags);
+            return -EPIPE;
+        }
+        int rc = sleep_on(c, fd, &c->tx, 0, &b);
         if (rc < 0) {
             int e = wait_failed(rc, &b);
             if (e)
                 return total ? (ssize_t)total : -e;
         }
         if (atomic_exchange(&c->tcp_event, false)) {
-            /* The peer is gone: its side of TCP ended. */
-            int t = tcp_peek(fd);
-            atomic_store(&c->tcp_event, true);
-            if (t == 0 || (t < 0 && t != -EAGAIN)) {
+            int err = 0;
+            socklen_t len = sizeof(err);
+            vs_real.getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+            if (err) {
                 if (total)
                     break;
                 raise_sigpipe(flags);
-                return t < 0 ? t : -EPIPE;
+                return -err;
             }
         }
     }
