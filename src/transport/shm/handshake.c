@@ -150,6 +150,8 @@ static int recv_msg(int chan, struct vs_shm_msg *m, int *fds, int *nfds)
     ssize_t n = vs_real.recvmsg(chan, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
     if (n < 0)
         return errno == EAGAIN || errno == EINTR ? 0 : -1;
+    if (n == 0)
+        return -2; /* the peer hung up */
     *nfds = 0;
     for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
         if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
@@ -193,12 +195,15 @@ static bool peer_uid_ok(int chan)
 
 /* PROOF is an O_PATH descriptor of the peer's TCP socket: its inode must
  * be that of the socket the kernel holds for the mirrored 4-tuple. */
-static bool proof_ok(struct vs_shm_conn *c, int proof)
+static bool proof_ok(struct vs_shm_conn *c, int proof, const char **why)
 {
     struct stat st;
+    *why = "peer-proof-failed";
     if (fstat(proof, &st) < 0 || !S_ISSOCK(st.st_mode))
         return false;
     uint64_t ino = vs_shm_diag_inode(&c->peer, &c->local);
+    if (ino == 0)
+        *why = "peer-closed"; /* the peer's socket is gone already */
     return ino != 0 && ino == (uint64_t)st.st_ino;
 }
 
@@ -314,7 +319,8 @@ static void connector_hello(struct vs_shm_conn *c, int fd, const struct vs_shm_m
         close_fds(fds, nfds);
         return connector_reject(c, "not a HELLO");
     }
-    bool ok = proof_ok(c, fds[0]);
+    const char *why;
+    bool ok = proof_ok(c, fds[0], &why);
     close_fds(fds, nfds);
     if (!ok)
         return connector_reject(c, "proof of identity failed");
@@ -355,11 +361,12 @@ static void accepter_ack(struct vs_shm_conn *c, int fd, const struct vs_shm_msg 
         close_fds(fds, nfds);
         return decline(c, m->type == VS_MSG_DECLINE ? "declined-by-peer" : "handshake-malformed");
     }
-    bool ok = proof_ok(c, fds[0]);
+    const char *why;
+    bool ok = proof_ok(c, fds[0], &why);
     close_fd(&fds[0]);
     if (!ok) {
         close_fd(&fds[1]);
-        return decline(c, "peer-proof-failed");
+        return decline(c, why);
     }
     int rc = attach_tx_ring(c, fds[1]);
     if (rc < 0) {
@@ -457,7 +464,7 @@ static void drain(struct vs_shm_conn *c, int fd)
             else if (hs == VS_HS_DONE)
                 close_fd(&c->chan); /* the peer left: TCP will say how */
             else
-                decline(c, "handshake-malformed");
+                decline(c, r == -2 ? "declined-by-peer" : "handshake-malformed");
             atomic_fetch_add(&c->gen, 1);
             return;
         }
