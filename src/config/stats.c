@@ -291,11 +291,12 @@ void vs_stats_fork_child(void)
         syscall(SYS_close, fd);
         segment_pid = getpid();
         fill_header(segment, segment->capacity);
-        /* The parent's closed sockets are its history, not the child's. */
+        /* The parent's records are its history, not the child's (and the
+         * parent may have changed them while we copied): the child's own
+         * sockets are marked live again by vs_stats_mark_live(). */
         struct vs_stats_record *r = records();
         for (unsigned i = 0; i < atomic_load(&segment->high_water); i++)
-            if (atomic_load(&r[i].use) == VS_REC_CLOSED)
-                atomic_store(&r[i].use, VS_REC_FREE);
+            atomic_store(&r[i].use, VS_REC_FREE);
         return;
     }
     vs_warn("statistics disabled in child: cannot create %s (%s)", path, strerror(errno));
@@ -308,6 +309,12 @@ void vs_stats_fork_child(void)
     mmap(segment, segment_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1,
          0);
     segment_failed = true;
+}
+
+void vs_stats_mark_live(struct vs_stats_record *r)
+{
+    if (r != &scratch && !segment_failed)
+        atomic_store(&r->use, VS_REC_LIVE);
 }
 
 void vs_stats_exit(void)

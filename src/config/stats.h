@@ -46,6 +46,9 @@ void vs_stats_fork_prepare(void);
 void vs_stats_fork_parent(void);
 void vs_stats_fork_child(void);
 
+/* fork child: a record of a socket the child holds is live again. */
+void vs_stats_mark_live(struct vs_stats_record *r);
+
 /* Removes this process's segment (at exit). */
 void vs_stats_exit(void);
 

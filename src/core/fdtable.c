@@ -174,3 +174,18 @@ void vs_fd_forget_range(unsigned first, unsigned last)
             detach(old, (int)fd);
     }
 }
+
+void vs_fd_for_each(void (*fn)(int fd, struct vs_sock *s, void *arg), void *arg)
+{
+    unsigned used = atomic_load(&chunks_used);
+    for (unsigned c = 0; c < used && c < CHUNKS; c++) {
+        slot_t *chunk = atomic_load_explicit(&chunks[c], memory_order_acquire);
+        if (!chunk)
+            continue;
+        for (unsigned i = 0; i < SLOTS_PER_CHUNK; i++) {
+            struct vs_sock *s = atomic_load_explicit(&chunk[i], memory_order_acquire);
+            if (is_sock(s))
+                fn((int)(c * SLOTS_PER_CHUNK + i), s, arg);
+        }
+    }
+}

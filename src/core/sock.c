@@ -7,6 +7,7 @@
 
 #include "config/config.h"
 #include "config/log.h"
+#include "core/fdtable.h"
 #include "core/reason.h"
 #include "interpose/real.h"
 #include "memory/pool.h"
@@ -132,7 +133,15 @@ void vs_sock_fork_parent(void)
     vs_pool_fork_parent(&pool);
 }
 
+static void mark_live(int fd, struct vs_sock *s, void *arg)
+{
+    (void)fd;
+    (void)arg;
+    vs_stats_mark_live(s->stat);
+}
+
 void vs_sock_fork_child(void)
 {
     vs_pool_fork_child(&pool);
+    vs_fd_for_each(mark_live, NULL);
 }

@@ -472,6 +472,7 @@ struct armed {
     struct vs_sock **sock;
     unsigned *what;
     int n;
+    bool shared; /* another thread sleeps on one of them: nap */
 };
 
 static void arm_all(struct wait *w, struct armed *a)
@@ -493,6 +494,7 @@ static void arm_all(struct wait *w, struct armed *a)
             vs_sock_put(s);
             continue;
         }
+        a->shared |= vs_shm_shared_wait(s);
         a->sock[a->n] = s;
         a->what[a->n++] = what;
     }

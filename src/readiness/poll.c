@@ -88,17 +88,23 @@ static int poll_translated(struct poll_state *st, struct pollfd *fds, long timeo
             left = 0;
         if (left != 0 && (rings_ready(st, fds) || vs_spin_until(rings_ready_cb, st, fds)))
             left = 0;
+        bool armed = false, nap = false;
         if (left != 0) {
-            for (nfds_t i = 0; i < st->n; i++)
+            armed = true;
+            for (nfds_t i = 0; i < st->n; i++) {
                 st->armed[i] =
                     st->sock[i] ? vs_shm_arm(st->sock[i], (unsigned short)fds[i].events) : 0;
+                nap |= st->armed[i] && vs_shm_shared_wait(st->sock[i]);
+            }
             if (rings_ready(st, fds))
                 left = 0;
+            if (nap && (left < 0 || left > VS_SHM_SHARED_NAP_NS))
+                left = VS_SHM_SHARED_NAP_NS;
         }
         struct timespec ts, *tsp = vs_timespec(left, &ts);
         int n = (int)syscall(SYS_ppoll, st->k, st->nk, tsp, sigmask, _NSIG / 8);
         int err = errno;
-        if (left != 0)
+        if (armed)
             for (nfds_t i = 0; i < st->n; i++)
                 if (st->armed[i])
                     vs_shm_disarm(st->sock[i], st->armed[i]);
@@ -107,7 +113,7 @@ static int poll_translated(struct poll_state *st, struct pollfd *fds, long timeo
             return -1;
         }
         int count = translate(st, fds);
-        if (count > 0 || left == 0 || (deadline >= 0 && vs_shm_now_ns() >= deadline))
+        if (count > 0 || (left == 0 && !nap) || (deadline >= 0 && vs_shm_now_ns() >= deadline))
             return count;
         /* Only side-channel news (now read) or a stale ring wake-up: wait on. */
     }

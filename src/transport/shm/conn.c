@@ -133,19 +133,24 @@ void vs_shm_release(struct vs_sock *s)
     list_del(c);
     bool last = atomic_fetch_sub(&c->holders, 1) == 1;
     vs_plock_lock(&c->ctl_lock);
-    if (last && atomic_load(&c->tx_ready))
+    bool rx_ready = atomic_load(&c->rx_ready), tx_ready = atomic_load(&c->tx_ready);
+    if (last && tx_ready)
         vs_ring_close_writer(&c->tx);
-    if (last && atomic_load(&c->rx_ready))
+    if (last && rx_ready)
         vs_ring_close_reader(&c->rx);
     if (last && c->chan >= 0)
         vs_shm_send_msg(c, VS_MSG_WAKE, 0, 0);
-    if (atomic_load(&c->tx_ready))
-        vs_ring_destroy(&c->tx);
-    if (atomic_load(&c->rx_ready))
-        vs_ring_destroy(&c->rx);
-    close_fd(&c->chan);
-    close_fd(&c->rendezvous);
+    /* The state is shared with the other holders (fork): only our own
+     * mappings and descriptors go, through private copies. */
+    struct vs_ring rx = c->rx, tx = c->tx;
+    int chan = c->chan, rendezvous = c->rendezvous;
     vs_plock_unlock(&c->ctl_lock);
+    if (tx_ready)
+        vs_ring_destroy(&tx);
+    if (rx_ready)
+        vs_ring_destroy(&rx);
+    close_fd(&chan);
+    close_fd(&rendezvous);
     munmap(c, sizeof(*c));
 }
 

@@ -25,7 +25,6 @@
 #include "transport/shm/shm_internal.h"
 
 #define NO_LIMIT UINT64_MAX
-#define SHARED_NAP_NS 2000000L
 
 static size_t iov_total(const struct iovec *iov, size_t cnt)
 {
@@ -119,9 +118,9 @@ static int sleep_on(struct vs_shm_conn *c, int fd, struct vs_ring *ring, short t
      * the one that wakes first reads the messages, and the other's ppoll
      * may then not see the wake-up meant for it. Short naps bound that. */
     bool shared = atomic_fetch_add(&c->sleepers, 1) > 0;
-    bool nap = shared && (left < 0 || left > SHARED_NAP_NS);
+    bool nap = shared && (left < 0 || left > VS_SHM_SHARED_NAP_NS);
     if (nap)
-        left = SHARED_NAP_NS;
+        left = VS_SHM_SHARED_NAP_NS;
     struct timespec ts, *tsp = NULL;
     if (left >= 0) {
         ts.tv_sec = left / 1000000000L;

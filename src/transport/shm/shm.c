@@ -278,12 +278,21 @@ unsigned vs_shm_arm(struct vs_sock *s, unsigned interest)
         vs_ring_arm(&c->tx, 1);
         armed |= POLLOUT;
     }
+    if (armed)
+        atomic_fetch_add(&c->sleepers, 1);
     return armed;
+}
+
+bool vs_shm_shared_wait(struct vs_sock *s)
+{
+    return atomic_load(&s->shm->sleepers) > 1;
 }
 
 void vs_shm_disarm(struct vs_sock *s, unsigned armed)
 {
     struct vs_shm_conn *c = s->shm;
+    if (armed)
+        atomic_fetch_sub(&c->sleepers, 1);
     if (armed & POLLIN)
         vs_ring_arm(&c->rx, -1);
     if (armed & POLLOUT)

@@ -53,6 +53,10 @@ unsigned vs_shm_poll_rings(struct vs_sock *s, unsigned interest);
 /* Announce that we are about to sleep in the kernel
  * for INTEREST: the peer then rings the side channel when the ring changes. */
 unsigned vs_shm_arm(struct vs_sock *s, unsigned interest);
+/* Whether another thread sleeps on this connection too: the side channel
+ * then wakes only one of them, and the waits must nap (poll.c, epoll.c). */
+bool vs_shm_shared_wait(struct vs_sock *s);
+#define VS_SHM_SHARED_NAP_NS 2000000L
 /* Withdraws what vs_shm_arm() returned. */
 void vs_shm_disarm(struct vs_sock *s, unsigned armed);
 /* Keeps what vs_shm_arm() returned armed for one more wake-up. */
