@@ -778,9 +778,11 @@ PEER_NOT_VSOCKET = "peer-not-vsocket"
 # sample.  Any other reason on a connection (e.g. upgrade-pending) counts as
 # "not decided yet": tolerated only where records may predate the handshake
 # (settled=False); a settled check wants shm regardless.
+# Reasons that end a handshake (docs/statistics.md).
 DECLINE_REASONS = frozenset({PEER_NOT_VSOCKET, "peer-not-local", "peer-credentials",
                              "peer-proof-failed", "handshake-malformed", "handshake-timeout",
-                             "version-mismatch", "no-resources"})
+                             "declined-by-peer", "peer-closed", "rendezvous-unavailable",
+                             "no-resources"})
 
 
 def is_connection(s: dict) -> bool:
