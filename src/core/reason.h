@@ -11,6 +11,14 @@
 #define VS_REASON_UNSUPPORTED_TYPE "unsupported-type"
 /* The peer does not run vsocket (reserved for the shm and rdma transports). */
 #define VS_REASON_PEER_NOT_VSOCKET "peer-not-vsocket"
+/* A TCP socket that is not a connection (yet): only connections move. */
+#define VS_REASON_NOT_CONNECTED "not-connected"
+/* Listening sockets stay on the kernel; the connections they accept may move. */
+#define VS_REASON_LISTENER "listener"
+/* UDP stays on the kernel in this version. */
+#define VS_REASON_UDP "udp-on-kernel"
+/* A connection inherited through exec (its rings, if any, were left before exec). */
+#define VS_REASON_INHERITED "inherited"
 /* The peer is on another host (the shm transport serves this host only). */
 #define VS_REASON_PEER_NOT_LOCAL "peer-not-local"
 /* The shm upgrade is being negotiated; the connection runs on the kernel meanwhile. */

@@ -27,7 +27,9 @@ static const char *kernel_reason(int type)
     if (type != SOCK_STREAM && type != SOCK_DGRAM)
         return VS_REASON_UNSUPPORTED_TYPE;
     bool kernel_only = vs_config.transports == VS_TRANSPORT_BIT(VS_TRANSPORT_KERNEL);
-    return kernel_only && vs_config.transports_set ? VS_REASON_DISABLED : VS_REASON_NO_TRANSPORT;
+    if (kernel_only)
+        return vs_config.transports_set ? VS_REASON_DISABLED : VS_REASON_NO_TRANSPORT;
+    return type == SOCK_DGRAM ? VS_REASON_UDP : VS_REASON_NOT_CONNECTED;
 }
 
 struct vs_sock *vs_sock_new(int fd, int family, int type, int protocol, const char *reason)
@@ -83,6 +85,9 @@ struct vs_sock *vs_sock_adopt(int fd)
                                    ? VS_STATE_CONNECTED
                                    : VS_STATE_BOUND;
     vs_sock_set_state(s, fd, state);
+    if (state == VS_STATE_CONNECTED && type == SOCK_STREAM &&
+        (vs_config.transports & VS_TRANSPORT_BIT(VS_TRANSPORT_SHM)))
+        vs_stats_set_reason(s->stat, VS_REASON_INHERITED);
     vs_info("fd %d: adopted an inherited socket (%s)", fd, vs_stats_state_name(state));
     return s;
 }

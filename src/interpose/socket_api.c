@@ -6,7 +6,9 @@
  * process at the other end runs vsocket too. */
 #include <errno.h>
 
+#include "config/config.h"
 #include "core/fdtable.h"
+#include "core/reason.h"
 #include "interpose/real.h"
 #include "transport/shm/shm.h"
 
@@ -64,8 +66,12 @@ VS_EXPORT int listen(int fd, int backlog)
     struct vs_sock *s = vs_fd_get(fd);
     int r = vs_real.listen(fd, backlog);
     if (s) {
-        if (r == 0)
+        if (r == 0) {
             vs_sock_set_state(s, fd, VS_STATE_LISTENING);
+            if (s->type == SOCK_STREAM &&
+                vs_config.transports != VS_TRANSPORT_BIT(VS_TRANSPORT_KERNEL))
+                vs_stats_set_reason(s->stat, VS_REASON_LISTENER);
+        }
         vs_sock_put(s);
     }
     return r;
