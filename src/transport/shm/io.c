@@ -163,14 +163,17 @@ static int wait_failed(int rc, const struct blocking *b)
 }
 
 /* Receive side, TCP phase: reads at most LIMIT bytes without blocking. */
-static ssize_t tcp_read(int fd, struct msghdr *msg, size_t skip, uint64_t limit, int flags)
+static ssize_t tcp_read(int fd, struct msghdr *msg, socklen_t namelen, size_t skip,
+                        uint64_t limit, int flags)
 {
     struct iovec win[msg->msg_iovlen ? msg->msg_iovlen : 1];
     struct msghdr m = *msg;
+    m.msg_namelen = namelen;
     m.msg_iov = win;
     m.msg_iovlen = (size_t)iov_window(msg->msg_iov, (int)msg->msg_iovlen, skip, limit, win);
     ssize_t n = vs_real.recvmsg(fd, &m, (flags & ~MSG_WAITALL) | MSG_DONTWAIT);
     msg->msg_flags = m.msg_flags;
+    msg->msg_namelen = m.msg_namelen;
     return n;
 }
 
@@ -225,6 +228,10 @@ ssize_t vs_shm_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags)
     size_t total = 0;
     int err = 0;
     msg->msg_flags = 0;
+    /* A connected stream socket names no source address: the kernel sets
+     * the length to 0, and so do we for bytes from the ring. */
+    socklen_t namelen = msg->msg_namelen;
+    msg->msg_namelen = 0;
     vs_plock_lock(&c->rx_lock);
     for (;;) {
         ssize_t n;
@@ -237,7 +244,7 @@ ssize_t vs_shm_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags)
                     continue;
                 }
             }
-            n = tcp_read(fd, msg, total, limit, flags);
+            n = tcp_read(fd, msg, namelen, total, limit, flags);
             if (n > 0) {
                 atomic_store(&c->tcp_data_seen, true);
                 if (!(flags & MSG_PEEK))
