@@ -98,8 +98,10 @@ static int poll_translated(struct poll_state *st, struct pollfd *fds, long timeo
             }
             if (rings_ready(st, fds))
                 left = 0;
-            if (nap && (left < 0 || left > VS_SHM_SHARED_NAP_NS))
-                left = VS_SHM_SHARED_NAP_NS;
+            long slice = nap ? VS_SHM_SHARED_NAP_NS : VS_SHM_SLICE_NS;
+            nap = left < 0 || left > slice;
+            if (nap)
+                left = slice;
         }
         struct timespec ts, *tsp = vs_timespec(left, &ts);
         int n = (int)syscall(SYS_ppoll, st->k, st->nk, tsp, sigmask, _NSIG / 8);

@@ -33,11 +33,12 @@ struct vs_shm_conn {
     /* Bumped whenever what a poll set must watch changes (event fd, switch). */
     _Atomic uint32_t gen;
     bool accepter;
-    const char *fail_reason;             /* (ctl) a static string */
-    int chan;                            /* side channel, -1 until open (ctl) */
-    int rendezvous;                      /* connector's listening socket, -1 when closed (ctl) */
-    long deadline_ns;                    /* give up the handshake after this (ctl) */
-    _Atomic bool tcp_data_seen;          /* bytes or EOF came on TCP before the handshake ended */
+    const char *fail_reason;    /* (ctl) a static string */
+    int chan;                   /* side channel, -1 until open (ctl) */
+    int rendezvous;             /* connector's listening socket, -1 when closed (ctl) */
+    long deadline_ns;           /* give up the handshake after this (ctl) */
+    long caller_deadline_ns;    /* connector: the current caller must say HELLO by then (ctl) */
+    _Atomic bool tcp_data_seen; /* bytes or EOF came on TCP before the handshake ended */
     struct sockaddr_storage local, peer; /* as this side sees the TCP connection */
 
     struct vs_ring rx; /* we consume: created by us (valid when rx_ready) */

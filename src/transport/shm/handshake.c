@@ -9,7 +9,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stddef.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -24,6 +26,10 @@
 #include "transport/shm/shm.h"
 
 #define MAX_FDS 2
+/* A caller on the rendezvous gets this long to say HELLO: the accepter
+ * sends it right after connecting, so only a squatter holding the line to
+ * keep the real accepter queued is ever that slow. */
+#define CALLER_PATIENCE_NS 200000000L
 
 static void close_fd(int *fd)
 {
@@ -183,37 +189,65 @@ static void close_fds(int *fds, int nfds)
         close_fd(&fds[i]);
 }
 
-/* The peer on CHAN runs under our uid (the default policy: a process of
- * another user cannot attach to our rings). */
+/* The credentials of the process at the other end of CHAN (kernel-given:
+ * the caller cannot forge them). The default policy: same uid only, so a
+ * process of another user never attaches to our rings. */
+static bool peer_cred(int chan, struct ucred *cred)
+{
+    socklen_t len = sizeof(*cred);
+    return vs_real.getsockopt(chan, SOL_SOCKET, SO_PEERCRED, cred, &len) == 0 &&
+           cred->uid == geteuid();
+}
+
 static bool peer_uid_ok(int chan)
 {
     struct ucred cred;
-    socklen_t len = sizeof(cred);
-    return vs_real.getsockopt(chan, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 &&
-           cred.uid == geteuid();
+    return peer_cred(chan, &cred);
 }
 
-/* PROOF is an O_PATH descriptor of the peer's TCP socket: its inode must
- * be that of the socket the kernel holds for the mirrored 4-tuple. */
-static bool proof_ok(struct vs_shm_conn *c, int proof, const char **why)
+/* Whether /proc/PID/fdinfo/FD shows a descriptor opened for I/O: an O_PATH
+ * one is what anybody allowed to look at /proc/PID/fd can make of someone
+ * else's socket, so it proves nothing. */
+static bool fd_is_real(pid_t pid, int fd)
 {
-    struct stat st;
-    *why = "peer-proof-failed";
-    if (fstat(proof, &st) < 0 || !S_ISSOCK(st.st_mode))
+    char path[64], buf[256];
+    snprintf(path, sizeof(path), "/proc/%d/fdinfo/%d", (int)pid, fd);
+    int f = (int)syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
+    if (f < 0)
         return false;
-    uint64_t ino = vs_shm_diag_inode(&c->peer, &c->local);
-    if (ino == 0)
-        *why = "peer-closed"; /* the peer's socket is gone already */
-    return ino != 0 && ino == (uint64_t)st.st_ino;
+    ssize_t n = vs_real.read(f, buf, sizeof(buf) - 1);
+    syscall(SYS_close, f);
+    if (n <= 0)
+        return false;
+    buf[n] = '\0';
+    const char *flags = strstr(buf, "flags:");
+    return flags && !(strtoul(flags + 6, NULL, 8) & O_PATH);
 }
 
-/* An O_PATH descriptor of our TCP socket: it allows fstat and nothing else,
- * so proving our identity hands the peer no capability. */
-static int make_proof(int fd)
+/* The peer says its TCP socket is its fd FD. Proof: the process the kernel
+ * names as the caller on CHAN holds, under that number, a real descriptor
+ * of the socket that the kernel reports for the mirrored 4-tuple. Nobody
+ * else can: /proc/PID/fd of another process yields O_PATH descriptors at
+ * most, and passing such a descriptor is not holding the socket. */
+static bool proof_ok(struct vs_shm_conn *c, int chan, uint64_t fd, const char **why)
 {
-    char path[32];
-    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-    return (int)syscall(SYS_openat, AT_FDCWD, path, O_PATH | O_CLOEXEC);
+    *why = "peer-proof-failed";
+    struct ucred cred;
+    if (!peer_cred(chan, &cred) || fd > INT_MAX)
+        return false;
+    char path[64], link[64];
+    snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)cred.pid, (int)fd);
+    ssize_t n = readlink(path, link, sizeof(link) - 1);
+    if (n <= 0)
+        return false;
+    link[n] = '\0';
+    unsigned long long ino = 0;
+    if (sscanf(link, "socket:[%llu]", &ino) != 1)
+        return false;
+    uint64_t want = vs_shm_diag_inode(&c->peer, &c->local);
+    if (want == 0)
+        *why = "peer-closed"; /* the peer's socket is gone already */
+    return want != 0 && want == ino && fd_is_real(cred.pid, (int)fd);
 }
 
 static int create_rx_ring(struct vs_shm_conn *c, int fd)
@@ -268,11 +302,8 @@ static void accepter_connect(struct vs_shm_conn *c, int fd)
     }
     if (!peer_uid_ok(c->chan))
         return decline(c, "peer-credentials");
-    int proof = make_proof(fd);
-    struct vs_shm_msg m = make_msg(VS_MSG_HELLO, 0, 0);
-    int rc = proof < 0 ? -1 : send_with_fds(c, &m, &proof, 1);
-    close_fd(&proof);
-    if (rc < 0)
+    struct vs_shm_msg m = make_msg(VS_MSG_HELLO, 0, (uint64_t)fd);
+    if (send_with_fds(c, &m, NULL, 0) < 0)
         return decline(c, "no-resources");
     atomic_fetch_add(&c->gen, 1);
     atomic_store(&c->hs, VS_HS_WAIT_ACK);
@@ -289,6 +320,7 @@ static void connector_accept(struct vs_shm_conn *c)
             break;
         if (peer_uid_ok(chan)) {
             c->chan = chan;
+            c->caller_deadline_ns = vs_shm_now_ns() + CALLER_PATIENCE_NS;
             atomic_fetch_add(&c->gen, 1);
             atomic_store(&c->hs, VS_HS_WAIT_HELLO);
             return;
@@ -315,24 +347,17 @@ static void connector_reject(struct vs_shm_conn *c, const char *why)
 static void connector_hello(struct vs_shm_conn *c, int fd, const struct vs_shm_msg *m, int *fds,
                             int nfds)
 {
-    if (m->type != VS_MSG_HELLO || nfds != 1) {
+    if (m->type != VS_MSG_HELLO || nfds != 0) {
         close_fds(fds, nfds);
         return connector_reject(c, "not a HELLO");
     }
     const char *why;
-    bool ok = proof_ok(c, fds[0], &why);
-    close_fds(fds, nfds);
-    if (!ok)
+    if (!proof_ok(c, c->chan, m->arg2, &why))
         return connector_reject(c, "proof of identity failed");
-    int proof = make_proof(fd);
-    if (proof < 0 || create_rx_ring(c, fd) < 0) {
-        close_fd(&proof);
+    if (create_rx_ring(c, fd) < 0)
         return decline(c, "no-resources");
-    }
-    struct vs_shm_msg ack = make_msg(VS_MSG_HELLO_ACK, c->rx.capacity, 0);
-    int out[2] = {proof, c->rx.fd};
-    int rc = send_with_fds(c, &ack, out, 2);
-    close_fd(&proof);
+    struct vs_shm_msg ack = make_msg(VS_MSG_HELLO_ACK, c->rx.capacity, (uint64_t)fd);
+    int rc = send_with_fds(c, &ack, &c->rx.fd, 1);
     vs_ring_close_fd(&c->rx);
     atomic_store_explicit(&c->rx_ready, true, memory_order_release);
     if (rc < 0)
@@ -357,20 +382,18 @@ static void connector_ready(struct vs_shm_conn *c, const struct vs_shm_msg *m, i
 static void accepter_ack(struct vs_shm_conn *c, int fd, const struct vs_shm_msg *m, int *fds,
                          int nfds)
 {
-    if (m->type != VS_MSG_HELLO_ACK || nfds != 2) {
+    if (m->type != VS_MSG_HELLO_ACK || nfds != 1) {
         close_fds(fds, nfds);
         return decline(c, m->type == VS_MSG_DECLINE ? "declined-by-peer" : "handshake-malformed");
     }
     const char *why;
-    bool ok = proof_ok(c, fds[0], &why);
-    close_fd(&fds[0]);
-    if (!ok) {
-        close_fd(&fds[1]);
+    if (!proof_ok(c, c->chan, m->arg2, &why)) {
+        close_fd(&fds[0]);
         return decline(c, why);
     }
-    int rc = attach_tx_ring(c, fds[1]);
+    int rc = attach_tx_ring(c, fds[0]);
     if (rc < 0) {
-        close_fd(&fds[1]);
+        close_fd(&fds[0]);
         return decline(c, rc == -EPROTO ? "handshake-malformed" : "no-resources");
     }
     if (create_rx_ring(c, fd) < 0)
@@ -500,6 +523,8 @@ void vs_shm_progress(struct vs_shm_conn *c, int fd)
     hs = (enum vs_shm_hs)atomic_load(&c->hs);
     if (hs != VS_HS_FAILED && hs != VS_HS_LISTEN && hs != VS_HS_CONNECT)
         drain(c, fd);
+    if (atomic_load(&c->hs) == VS_HS_WAIT_HELLO && vs_shm_now_ns() > c->caller_deadline_ns)
+        connector_reject(c, "no HELLO in time");
     /* Listening again after a rejected caller: the real one may be queued. */
     if (atomic_load(&c->hs) == VS_HS_LISTEN && hs != VS_HS_LISTEN)
         connector_accept(c);

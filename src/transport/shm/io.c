@@ -118,9 +118,10 @@ static int sleep_on(struct vs_shm_conn *c, int fd, struct vs_ring *ring, short t
      * the one that wakes first reads the messages, and the other's ppoll
      * may then not see the wake-up meant for it. Short naps bound that. */
     bool shared = atomic_fetch_add(&c->sleepers, 1) > 0;
-    bool nap = shared && (left < 0 || left > VS_SHM_SHARED_NAP_NS);
+    long slice = shared ? VS_SHM_SHARED_NAP_NS : VS_SHM_SLICE_NS;
+    bool nap = left < 0 || left > slice;
     if (nap)
-        left = VS_SHM_SHARED_NAP_NS;
+        left = slice;
     struct timespec ts, *tsp = NULL;
     if (left >= 0) {
         ts.tv_sec = left / 1000000000L;
@@ -163,8 +164,8 @@ static int wait_failed(int rc, const struct blocking *b)
 }
 
 /* Receive side, TCP phase: reads at most LIMIT bytes without blocking. */
-static ssize_t tcp_read(int fd, struct msghdr *msg, socklen_t namelen, size_t skip,
-                        uint64_t limit, int flags)
+static ssize_t tcp_read(int fd, struct msghdr *msg, socklen_t namelen, size_t skip, uint64_t limit,
+                        int flags)
 {
     struct iovec win[msg->msg_iovlen ? msg->msg_iovlen : 1];
     struct msghdr m = *msg;

@@ -7,10 +7,14 @@
  * (wrong size, magic, version or type, unexpected descriptors) is refused.
  *
  * Handshake (the accepting side A calls the connecting side C):
- *   A -> C  HELLO                     [proof: O_PATH fd of A's TCP socket]
- *   C -> A  HELLO_ACK arg=capacity    [proof of C's socket, memfd of C's receive ring]
- *   A -> C  READY     arg=capacity    [memfd of A's receive ring]
- *   either  DECLINE   arg=reason
+ *   A -> C  HELLO     arg2=fd               (no descriptor)
+ *   C -> A  HELLO_ACK arg=capacity arg2=fd  [memfd of C's receive ring]
+ *   A -> C  READY     arg=capacity          [memfd of A's receive ring]
+ *   either  DECLINE
+ * arg2=fd is the sender's descriptor number of its TCP socket: the receiver
+ * checks that the process the kernel names as its caller (SO_PEERCRED)
+ * holds, under that number, a real (not O_PATH) descriptor of the socket
+ * NETLINK_SOCK_DIAG reports for the mirrored 4-tuple.
  * Data phase:
  *   SWITCH  arg=S   the sender's bytes after stream offset S are in the ring
  *   WAKE            the ring changed while the other side slept
