@@ -52,11 +52,9 @@ BAD_STDERR = [
 
 
 def known_bug(msg: str):
-    """A check that fails because of a library bug reported (not fixed) with
-    this suite: xfail, or fail under VSOCKET_SECURITY_STRICT=1."""
-    if STRICT:
-        pytest.fail("KNOWN BUG: " + msg, pytrace=False)
-    pytest.xfail("KNOWN BUG: " + msg)
+    """A check for a library bug this suite found (silent caller, forged
+    proof, duplex hang). All three are fixed: their return fails the test."""
+    pytest.fail("REGRESSION of a fixed bug: " + msg, pytrace=False)
 
 
 # --------------------------------------------------------------------------
