@@ -541,17 +541,10 @@ def test_epoll_nested(family):
         assert 0.2 <= res[name] < 2.0, res
 
 
-# Known gap: the nap bounds it only when the second thread arms before the
-# first one sleeps; see docs/design/shm-transport.md.
-LOST_WAKEUP = ("BUG: two threads asleep for readiness on one shm socket (each in its own epoll set, "
-               "or one in poll and one in select): the peer's single WAKE on the side channel is read "
-               "by the thread that wakes first, the other sleeps on until its timeout (forever "
-               "without one); the kernel wakes every poller")
 
 
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("waits", ["two_epoll_sets", "poll_and_select"])
-@pytest.mark.xfail(not BASELINE, strict=False, reason=LOST_WAKEUP)
 def test_two_threads_asleep(family, waits):
     res = need_results(run_pair(f"asleep_{waits}", family))["a"]
     assert len(res["rounds"]) == 3
