@@ -546,6 +546,10 @@ static int wait_translated(int epfd, struct epoll_event *events, int max, long t
             scan(&w, false);
         }
         pthread_mutex_unlock(&lock);
+        /* Sliced: see VS_SHM_SLICE_NS. */
+        long slice = a.shared ? VS_SHM_SHARED_NAP_NS : VS_SHM_SLICE_NS;
+        if (a.n > 0 && (left < 0 || left > slice))
+            left = slice;
         int n =
             w.n < max ? kernel_wait(epfd, kev, max - w.n, w.n ? 0 : left, w.n ? NULL : mask) : 0;
         int err = errno;
