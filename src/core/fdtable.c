@@ -184,8 +184,10 @@ void vs_fd_for_each(void (*fn)(int fd, struct vs_sock *s, void *arg), void *arg)
             continue;
         for (unsigned i = 0; i < SLOTS_PER_CHUNK; i++) {
             struct vs_sock *s = atomic_load_explicit(&chunk[i], memory_order_acquire);
-            if (is_sock(s))
-                fn((int)(c * SLOTS_PER_CHUNK + i), s, arg);
+            if (!is_sock(s) || !vs_sock_tryref(s))
+                continue;
+            fn((int)(c * SLOTS_PER_CHUNK + i), s, arg);
+            vs_sock_put(s);
         }
     }
 }

@@ -1,6 +1,7 @@
 /* conn.c - the life of a connection's shared-memory state: creation at
  * connect/accept, holders across fork, teardown at the last close. */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -11,6 +12,7 @@
 
 #include "config/config.h"
 #include "config/log.h"
+#include "core/fdtable.h"
 #include "core/reason.h"
 #include "core/sock.h"
 #include "interpose/real.h"
@@ -209,13 +211,21 @@ void vs_shm_leave(struct vs_sock *s, const char *reason)
     vs_info("a connection leaves the rings: %s", reason);
 }
 
+/* exec keeps a descriptor unless it is close-on-exec: only connections the
+ * new image inherits must leave the rings. */
+static void leave_if_inherited(int fd, struct vs_sock *s, void *arg)
+{
+    (void)arg;
+    struct vs_shm_conn *c = s->shm;
+    long fl = syscall(SYS_fcntl, fd, F_GETFD);
+    if (!c || fl < 0 || (fl & FD_CLOEXEC))
+        return;
+    vs_plock_lock(&c->ctl_lock);
+    leave_locked(c, "left-by-exec");
+    vs_plock_unlock(&c->ctl_lock);
+}
+
 void vs_shm_before_exec(void)
 {
-    pthread_mutex_lock(&conns_lock);
-    for (struct vs_shm_conn *c = conns; c; c = c->next) {
-        vs_plock_lock(&c->ctl_lock);
-        leave_locked(c, "left-by-exec");
-        vs_plock_unlock(&c->ctl_lock);
-    }
-    pthread_mutex_unlock(&conns_lock);
+    vs_fd_for_each(leave_if_inherited, NULL);
 }
