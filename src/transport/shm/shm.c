@@ -108,8 +108,15 @@ void vs_shm_sync(struct vs_sock *s, int fd)
 {
     struct vs_shm_conn *c = s->shm;
     int hs = atomic_load_explicit(&c->hs, memory_order_acquire);
-    if (hs == s->shm_shown)
+    if (hs == s->shm_shown) {
+        /* The peer left the rings (exec, stdio, splice): say so once. */
+        if (hs == VS_HS_DONE && s->transport == VS_TRANSPORT_SHM &&
+            atomic_load_explicit(&c->rx_reverted, memory_order_relaxed)) {
+            s->transport = VS_TRANSPORT_KERNEL;
+            vs_stats_set_transport(s->stat, VS_TRANSPORT_KERNEL, "peer-left-rings");
+        }
         return;
+    }
     if (hs != VS_HS_DONE && hs != VS_HS_FAILED) {
         vs_shm_progress(c, fd);
         hs = atomic_load_explicit(&c->hs, memory_order_acquire);
