@@ -733,8 +733,8 @@ def dump_stat(procs) -> str:
 
 def check_server_stat(server: Server, port: Optional[int] = None, *, peer: str,
                       proto: str = "tcp", comm: Optional[str] = None, reason: Optional[str] = None,
-                      min_conns: int = 0, settled: bool = True, min_shm: int = 0
-                      ) -> tuple[dict, list]:
+                      min_conns: int = 0, settled: bool = True, min_shm: int = 0,
+                      handoff_ok: bool = False) -> tuple[dict, list]:
     """Stat of a live server (through vsocket): present, listening (tcp) /
     bound (udp) on port, and every socket on its path (check_tcp_paths with
     peer="vsocket" when the clients run under vsocket, "plain" when they do
@@ -752,7 +752,7 @@ def check_server_stat(server: Server, port: Optional[int] = None, *, peer: str,
         socks = check_kernel_sockets(procs, f"server {server.name}", reason)
     else:
         socks = check_tcp_paths(procs, f"server {server.name}", peer=peer, min_conns=min_conns,
-                                settled=settled, min_shm=min_shm)
+                                settled=settled, min_shm=min_shm, handoff_ok=handoff_ok)
     if port is not None:
         want = "listening" if proto == "tcp" else ("bound", "open", "connected")
         found = find_sockets(socks, proto=proto, state=want, port=port, closed=False)
@@ -829,8 +829,16 @@ def _describe_sock(s: dict) -> str:
             f"reason={s.get('reason')!r} rx_bytes={s.get('rx_bytes')} tx_bytes={s.get('tx_bytes')}")
 
 
+# A connection handed to a program through exec (socat EXEC:, ncat --exec)
+# leaves the rings or never reaches them: the exec'ing side says so, and the
+# other side sees its peer leave (docs/statistics.md).
+HANDOFF_REASONS = frozenset({"peer-left-rings", "left-by-exec", "inherited", "peer-not-vsocket",
+                             "upgrade-pending"})
+
+
 def tcp_path_problems(socks: list[dict], *, peer: str, settled: bool = True, min_conns: int = 0,
-                      min_shm: int = 0, idle_ok: bool = True) -> tuple[list[str], bool]:
+                      min_shm: int = 0, idle_ok: bool = True,
+                      handoff_ok: bool = False) -> tuple[list[str], bool]:
     """(problems, fatal) of annotated socket records (stat_sockets), in time
     order.  peer: "vsocket" when both ends of every connection run under
     vsocket, "plain" when the other end does not.
@@ -844,6 +852,9 @@ def tcp_path_problems(socks: list[dict], *, peer: str, settled: bool = True, min
     at once): undecided connections are tolerated, but none may show a path
     or reason that contradicts the expectation, and at least `min_shm`
     connections must have been seen on shm (SHM_BUILT, peer="vsocket").
+
+    handoff_ok: the connection went to an exec'd program: kernel with a
+    HANDOFF_REASONS reason is right for it.
 
     idle_ok: a connection closed without a byte moved either way (e.g. wrk's
     connect+close probe) has no data path to check: with peer="vsocket" it
@@ -875,6 +886,9 @@ def tcp_path_problems(socks: list[dict], *, peer: str, settled: bool = True, min
                     problems.append("not kernel with a reason: " + _describe_sock(s))
             continue
         if peer == "vsocket":
+            if handoff_ok and any(s.get("transport") == "kernel"
+                                  and s.get("reason") in HANDOFF_REASONS for s in recs):
+                continue
             if idle_ok and all(s.get("closed") and not s.get("rx_bytes") and not s.get("tx_bytes")
                                and s.get("transport") in ("shm", "kernel") for s in recs):
                 continue
@@ -918,7 +932,7 @@ def _paths_message(what: str, peer: str, problems: list[str], procs) -> str:
 
 
 def check_tcp_paths(procs, what: str, *, peer: str, settled: bool = True, min_conns: int = 0,
-                    min_shm: int = 0, idle_ok: bool = True) -> list[dict]:
+                    min_shm: int = 0, idle_ok: bool = True, handoff_ok: bool = False) -> list[dict]:
     """Assert tcp_path_problems() finds nothing in `procs` (stat records:
     {pid: record}, a list of them, or a list of samples).  Returns all
     sockets annotated with "_pid" and "_comm" (check_kernel_sockets' shape)."""
@@ -926,14 +940,15 @@ def check_tcp_paths(procs, what: str, *, peer: str, settled: bool = True, min_co
     assert flat, f"{what}: no vsocket process found in `vsocket stat --json --all`"
     socks = stat_sockets(procs)
     problems, _fatal = tcp_path_problems(socks, peer=peer, settled=settled, min_conns=min_conns,
-                                         min_shm=min_shm, idle_ok=idle_ok)
+                                         min_shm=min_shm, idle_ok=idle_ok,
+                                         handoff_ok=handoff_ok)
     assert not problems, _paths_message(what, peer, problems, procs)
     return socks
 
 
 def wait_tcp_paths(fetch: Callable[[], object], what: str, *, peer: str, timeout: float = 3.0,
                    min_conns: int = 1, settled: bool = True, min_shm: int = 0,
-                   idle_ok: bool = True,
+                   idle_ok: bool = True, handoff_ok: bool = False,
                    select: Optional[Callable[[dict], bool]] = None) -> list[dict]:
     """Poll fetch() (-> stat records, as check_tcp_paths takes) until its
     sockets are on their settled path, for up to `timeout` s (scaled): the
@@ -946,7 +961,8 @@ def wait_tcp_paths(fetch: Callable[[], object], what: str, *, peer: str, timeout
         procs = fetch()
         socks = [s for s in stat_sockets(procs) if select is None or select(s)]
         problems, fatal = tcp_path_problems(socks, peer=peer, settled=settled,
-                                            min_conns=min_conns, min_shm=min_shm, idle_ok=idle_ok)
+                                            min_conns=min_conns, min_shm=min_shm, idle_ok=idle_ok,
+                                            handoff_ok=handoff_ok)
         if not problems:
             return socks
         if fatal or time.monotonic() >= deadline:

@@ -57,16 +57,18 @@ def held_conn_key(client, port):
     return conn_key(found[0])
 
 
-def check_held_connection(srv, client, port):
+def check_held_connection(srv, client, port, handoff=False):
     """Both ends hold the connection open: the server's records of it must be
     on its path (shm with SHM_BUILT), polled up to 3 s; the client's must
-    not contradict it."""
+    not contradict it. handoff: the server hands the connection to an exec'd
+    program, which takes it back to TCP (HANDOFF_REASONS)."""
     key = held_conn_key(client, port)
     vs = srv.runner.vsocket
     wait_tcp_paths(lambda: stat_for_tree(vs, srv.pid), f"{srv.name} (server)", peer="vsocket",
-                   idle_ok=False, select=lambda s: conn_key(s) == key)
+                   idle_ok=False, handoff_ok=handoff, select=lambda s: conn_key(s) == key)
     wait_tcp_paths(lambda: stat_for_tree(vs, client.pid), f"{client.name} (client)",
-                   peer="vsocket", settled=False, select=lambda s: conn_key(s) == key)
+                   peer="vsocket", settled=False, handoff_ok=handoff,
+                   select=lambda s: conn_key(s) == key)
 
 
 def run_socat_push(runner, servers, tmp_path, family, payload):
@@ -127,7 +129,7 @@ def run_socat_echo(runner, servers, tmp_path, payload):
         if runner.preloaded:
             # the forked socat child serving this connection holds it (the
             # parent's copy, closed right after fork, is grouped with it)
-            check_held_connection(srv, cli, port)
+            check_held_connection(srv, cli, port, handoff=True)
         cli.proc.stdin.close()
         assert cli.wait_exit(timeout=30) == 0, cli.describe()
         cli.check_output_clean()
@@ -136,7 +138,7 @@ def run_socat_echo(runner, servers, tmp_path, payload):
     if runner.preloaded:
         # after the children exited: the parent's copies may predate the handshake
         procs, socks = check_server_stat(srv, port, comm="socat", peer="vsocket", min_conns=2,
-                                         settled=False)
+                                         settled=False, handoff_ok=True)
     assert srv.alive(), srv.describe()
     srv.stop()
     srv.check_output_clean()
@@ -217,15 +219,15 @@ def run_ncat_exec(runner, servers, tmp_path, payload):
         if runner.preloaded:
             # paused mid-download: the connection is open in the client and in
             # the exec'd cat (if it is still writing); the ncat parent closed
-            # its copy right after fork.  The records of all of them for this
-            # connection: at least one on shm (with SHM_BUILT), none
-            # contradicting it.
+            # its copy right after fork.  The exec took the connection back
+            # to TCP (or it never left it): kernel with a handoff reason, or
+            # shm, and nothing contradicting it.
             key = held_conn_key(cli, port)
             vs = runner.vsocket
             wait_tcp_paths(lambda: [*stat_for_tree(vs, srv.pid).values(),
                                     *stat_for_tree(vs, cli.pid).values()],
                            f"ncat --exec server + client, download #{i}", peer="vsocket",
-                           idle_ok=False, select=lambda s: conn_key(s) == key)
+                           idle_ok=False, handoff_ok=True, select=lambda s: conn_key(s) == key)
         data = head + read_pipe(cli.proc.stdout, None, 60, what)
         assert cli.wait_exit(timeout=30) == 0, cli.describe()
         cli.check_output_clean()
@@ -233,7 +235,8 @@ def run_ncat_exec(runner, servers, tmp_path, payload):
         assert digests[-1] == digest, f"{what}: {len(data)} bytes, differs"
     if runner.preloaded:
         # the parent's copies (closed at fork) may predate the handshake
-        procs, socks = check_server_stat(srv, port, comm="ncat", peer="vsocket", settled=False)
+        procs, socks = check_server_stat(srv, port, comm="ncat", peer="vsocket", settled=False,
+                                         handoff_ok=True)
     srv.stop()
     srv.check_output_clean()
     return digests

@@ -190,7 +190,7 @@ static void leave_locked(struct vs_shm_conn *c, const char *reason)
 {
     /* Mid-handshake: tell the peer at once rather than let it time out. */
     if (!vs_shm_done(c) && vs_shm_active(c) && c->chan >= 0)
-        vs_shm_send_msg(c, VS_MSG_DECLINE, 0, 0);
+        vs_shm_send_msg(c, VS_MSG_DECLINE, VS_DECLINE_LEAVING, 0);
     if (vs_shm_done(c) && c->chan >= 0) {
         uint64_t consumed = c->rx.pos;
         uint64_t end = atomic_load(&c->tx_switched) ? c->tx.pos : 0;

@@ -365,11 +365,18 @@ static void connector_hello(struct vs_shm_conn *c, int fd, const struct vs_shm_m
     atomic_store(&c->hs, VS_HS_WAIT_READY);
 }
 
+static const char *declined(const struct vs_shm_msg *m)
+{
+    if (m->type != VS_MSG_DECLINE)
+        return "handshake-malformed";
+    return m->arg == VS_DECLINE_LEAVING ? "peer-left-rings" : "declined-by-peer";
+}
+
 static void connector_ready(struct vs_shm_conn *c, const struct vs_shm_msg *m, int *fds, int nfds)
 {
     if (m->type != VS_MSG_READY || nfds != 1) {
         close_fds(fds, nfds);
-        return decline(c, m->type == VS_MSG_DECLINE ? "declined-by-peer" : "handshake-malformed");
+        return decline(c, declined(m));
     }
     int rc = attach_tx_ring(c, fds[0]);
     if (rc < 0) {
@@ -384,7 +391,7 @@ static void accepter_ack(struct vs_shm_conn *c, int fd, const struct vs_shm_msg 
 {
     if (m->type != VS_MSG_HELLO_ACK || nfds != 1) {
         close_fds(fds, nfds);
-        return decline(c, m->type == VS_MSG_DECLINE ? "declined-by-peer" : "handshake-malformed");
+        return decline(c, declined(m));
     }
     const char *why;
     if (!proof_ok(c, c->chan, m->arg2, &why)) {

@@ -259,7 +259,10 @@ ssize_t vs_shm_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags)
                 err = errno;
                 break;
             }
-            if (n == 0)
+            /* End of stream proves nothing on the connecting side: an
+             * accepter may have shut down before our rendezvous existed
+             * (it calls again later); see handshake.c. */
+            if (n == 0 && c->accepter)
                 atomic_store(&c->tcp_data_seen, true);
             /* Empty or end of stream: the peer may have switched meanwhile. */
             bool knew = atomic_load(&c->rx_switch_known);
@@ -565,6 +568,8 @@ ssize_t vs_shm_sendfile(struct vs_sock *s, int fd, int in_fd, off_t *offset, siz
 int vs_shm_shutdown(struct vs_sock *s, int fd, int how)
 {
     struct vs_shm_conn *c = s->shm;
+    /* A FIN is news to the peer like a byte: the accepter calls first. */
+    vs_shm_sync(s, fd);
     if (!vs_shm_active(c) || (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR))
         return vs_real.shutdown(fd, how);
     int r = 0;

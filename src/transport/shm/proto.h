@@ -10,7 +10,8 @@
  *   A -> C  HELLO     arg2=fd               (no descriptor)
  *   C -> A  HELLO_ACK arg=capacity arg2=fd  [memfd of C's receive ring]
  *   A -> C  READY     arg=capacity          [memfd of A's receive ring]
- *   either  DECLINE
+ *   either  DECLINE   arg=VS_DECLINE_LEAVING when the sender leaves the rings
+ *                     (exec, stdio, splice), else 0
  * arg2=fd is the sender's descriptor number of its TCP socket: the receiver
  * checks that the process the kernel names as its caller (SO_PEERCRED)
  * holds, under that number, a real (not O_PATH) descriptor of the socket
@@ -46,6 +47,8 @@ struct vs_shm_msg {
     uint64_t arg;
     uint64_t arg2;
 };
+
+#define VS_DECLINE_LEAVING 1
 
 /* The abstract AF_UNIX name the connecting side listens on:
  * "\0vsocket/1/<its address>:<port>/<peer address>:<port>". */

@@ -239,7 +239,7 @@ unsigned vs_shm_poll(struct vs_sock *s, int fd, unsigned interest, int tcp_reven
         }
     } else {
         m |= tcp & (POLLIN | POLLPRI | POLLRDHUP);
-        if (tcp & POLLIN)
+        if ((tcp & POLLIN) && c->accepter) /* the connector: see io.c */
             atomic_store(&c->tcp_data_seen, true);
     }
     if (tx_ring) {
