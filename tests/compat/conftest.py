@@ -781,8 +781,10 @@ PEER_NOT_VSOCKET = "peer-not-vsocket"
 # Reasons that end a handshake (docs/statistics.md).
 DECLINE_REASONS = frozenset({PEER_NOT_VSOCKET, "peer-not-local", "peer-credentials",
                              "peer-proof-failed", "handshake-malformed", "handshake-timeout",
-                             "declined-by-peer", "peer-closed", "rendezvous-unavailable",
-                             "no-resources"})
+                             "declined-by-peer", "rendezvous-unavailable", "no-resources"})
+# A connection closed before its handshake finished (curl after a 404,
+# redis-benchmark's probes) legitimately stays on the kernel with this reason.
+SHORT_LIVED_REASONS = frozenset({"peer-closed", "upgrade-pending"})
 
 
 def is_connection(s: dict) -> bool:
@@ -888,6 +890,9 @@ def tcp_path_problems(socks: list[dict], *, peer: str, settled: bool = True, min
         if peer == "vsocket":
             if handoff_ok and any(s.get("transport") == "kernel"
                                   and s.get("reason") in HANDOFF_REASONS for s in recs):
+                continue
+            if all(s.get("closed") and s.get("transport") == "kernel"
+                   and s.get("reason") in SHORT_LIVED_REASONS for s in recs):
                 continue
             if idle_ok and all(s.get("closed") and not s.get("rx_bytes") and not s.get("tx_bytes")
                                and s.get("transport") in ("shm", "kernel") for s in recs):

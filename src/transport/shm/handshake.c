@@ -231,9 +231,12 @@ static bool fd_is_real(pid_t pid, int fd)
  * most, and passing such a descriptor is not holding the socket. */
 static bool proof_ok(struct vs_shm_conn *c, int chan, uint64_t fd, const char **why)
 {
-    *why = "peer-proof-failed";
+    uint64_t want = vs_shm_diag_inode(&c->peer, &c->local);
+    /* No socket for the 4-tuple: the peer closed it already (a short
+     * connection), nothing to upgrade. */
+    *why = want ? "peer-proof-failed" : "peer-closed";
     struct ucred cred;
-    if (!peer_cred(chan, &cred) || fd > INT_MAX)
+    if (!want || !peer_cred(chan, &cred) || fd > INT_MAX)
         return false;
     char path[64], link[64];
     snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)cred.pid, (int)fd);
@@ -244,10 +247,7 @@ static bool proof_ok(struct vs_shm_conn *c, int chan, uint64_t fd, const char **
     unsigned long long ino = 0;
     if (sscanf(link, "socket:[%llu]", &ino) != 1)
         return false;
-    uint64_t want = vs_shm_diag_inode(&c->peer, &c->local);
-    if (want == 0)
-        *why = "peer-closed"; /* the peer's socket is gone already */
-    return want != 0 && want == ino && fd_is_real(cred.pid, (int)fd);
+    return want == ino && fd_is_real(cred.pid, (int)fd);
 }
 
 static int create_rx_ring(struct vs_shm_conn *c, int fd)
