@@ -241,13 +241,18 @@ static bool proof_ok(struct vs_shm_conn *c, int chan, uint64_t fd, const char **
     char path[64], link[64];
     snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)cred.pid, (int)fd);
     ssize_t n = readlink(path, link, sizeof(link) - 1);
-    if (n <= 0)
-        return false;
-    link[n] = '\0';
     unsigned long long ino = 0;
-    if (sscanf(link, "socket:[%llu]", &ino) != 1)
-        return false;
-    return want == ino && fd_is_real(cred.pid, (int)fd);
+    if (n > 0) {
+        link[n] = '\0';
+        if (sscanf(link, "socket:[%llu]", &ino) != 1)
+            ino = 0;
+    }
+    if (ino == want && fd_is_real(cred.pid, (int)fd))
+        return true;
+    /* The peer may have closed its socket while we looked. */
+    if (vs_shm_diag_inode(&c->peer, &c->local) == 0)
+        *why = "peer-closed";
+    return false;
 }
 
 static int create_rx_ring(struct vs_shm_conn *c, int fd)
