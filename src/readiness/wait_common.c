@@ -1,6 +1,8 @@
 /* wait_common.c - time and busy-polling for the readiness waits. */
 #include "readiness/wait_common.h"
 
+#include <sched.h>
+
 #include "transport/shm/shm.h"
 #include "memory/cpu.h"
 
@@ -22,8 +24,12 @@ bool vs_spin_until(bool (*ready)(void *, const void *), void *arg, const void *a
     for (unsigned i = 1;; i++) {
         if (ready(arg, arg2))
             return true;
-        if (i % 16 == 0 && vs_shm_now_ns() >= end)
-            return false;
+        if (i % 16 == 0) {
+            if (vs_shm_now_ns() >= end)
+                return false;
+            /* The peer may be waiting for this very CPU. */
+            sched_yield();
+        }
         vs_cpu_relax();
     }
 }

@@ -1,6 +1,7 @@
 /* shm.c - which connections try the shared-memory transport, what the
  * statistics say of them, and their readiness as poll and epoll see it. */
 #include <errno.h>
+#include <sched.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <string.h>
@@ -151,8 +152,12 @@ bool vs_shm_spin(struct vs_ring *ring, bool want_data)
     for (unsigned i = 1;; i++) {
         if (vs_shm_ring_ready(ring, want_data))
             return true;
-        if (i % 64 == 0 && vs_shm_now_ns() >= end)
-            return false;
+        if (i % 64 == 0) {
+            if (vs_shm_now_ns() >= end)
+                return false;
+            /* The peer may be waiting for this very CPU. */
+            sched_yield();
+        }
         vs_cpu_relax();
     }
 }
