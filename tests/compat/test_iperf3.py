@@ -36,6 +36,9 @@ def run_iperf3(runner, servers, case):
         assert s["packets"] > 0 and s["bytes"] > 0, json.dumps(s)
         assert s["lost_packets"] < s["packets"] / 2, f"[{runner}] most datagrams lost: {json.dumps(s)}"
         received = s["bytes"] * (s["packets"] - s["lost_packets"]) // max(s["packets"], 1)
+        # an estimate: iperf3 counts lost datagrams by sequence number, and the
+        # last ones may still be in flight when it totals up
+        slack = 2 * s["bytes"] // max(s["packets"], 1)
     else:
         sent, recv = end["sum_sent"]["bytes"], end["sum_received"]["bytes"]
         summary = {"sent_bytes": sent, "received_bytes": recv}
@@ -45,6 +48,7 @@ def run_iperf3(runner, servers, case):
         assert 0 < recv <= sent and sent - recv <= 64 << 20, \
             f"[{runner}] TCP: received {recv} vs sent {sent}"
         received = recv
+        slack = 0
     n_streams = len(end["streams"])
     assert n_streams == (2 if case == "tcp-2streams" else 1), json.dumps(end["streams"])[:2000]
 
@@ -67,8 +71,8 @@ def run_iperf3(runner, servers, case):
         data_socks = [s for s in data_socks if s.get("peer")]
         assert data_socks, f"server: no {want} data socket on port {port}:\n{dump_stat(procs)}"
         counted = sum(s["tx_bytes" if case == "tcp-reverse" else "rx_bytes"] for s in data_socks)
-        assert counted >= received, (f"server: stat counts {counted} data bytes, iperf3 moved "
-                                     f"{received}:\n{dump_stat(procs)}")
+        assert counted + slack >= received, (f"server: stat counts {counted} data bytes, iperf3 "
+                                             f"moved {received}:\n{dump_stat(procs)}")
     assert srv.alive(), srv.describe()
     srv.stop()
     srv.check_output_clean()
