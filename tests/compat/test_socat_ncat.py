@@ -203,34 +203,53 @@ def test_ncat_file_transfer(family, runners, servers, tmp_path, payload):
     assert results["plain"] == results["vsocket"] == payload[1]
 
 
+# The exec'd server program: the first MiB, then the rest once the test has
+# looked at the connection mid-download (the flag file exists).
+NCAT_EXEC_SERVE = """\
+head -c 1048576 "$1"
+while [ ! -e "$2" ]; do sleep 0.02; done
+tail -c +1048577 "$1"
+"""
+
+
 def run_ncat_exec(runner, servers, tmp_path, payload):
     ncat = require_program("ncat")
-    cat = require_program("cat")
+    sh = require_program("sh")
     port = free_port()
     src, digest = payload
+    script = tmp_path / f"serve-{runner.name}.sh"
+    script.write_text(NCAT_EXEC_SERVE)
+    flag = tmp_path / f"go-{runner.name}"
     srv = servers.start("ncat-exec", [ncat, "-4", "-l", "127.0.0.1", port, "--keep-open",
-                                      "--exec", f"{cat} {src}"], runner, port=port)
+                                      "--exec", f"{sh} {script} {src} {flag}"], runner, port=port)
     digests = []
     for i in range(3):
-        cli = servers.start(f"ncat-get{i}", [ncat, "-4", "--recv-only", "127.0.0.1", port], runner,
-                            stdout=subprocess.PIPE)
+        flag.unlink(missing_ok=True)
+        # The client writes to a file, never to a pipe the test stops reading:
+        # ncat loses bytes when its stdout blocks (seen without vsocket too).
+        out = tmp_path / f"download-{runner.name}-{i}"
+        with open(out, "wb") as f:
+            cli = servers.start(f"ncat-get{i}", [ncat, "-4", "--recv-only", "127.0.0.1", port],
+                                runner, stdout=f)
         what = f"[{runner}] download #{i}"
-        head = read_pipe(cli.proc.stdout, 1 << 20, 60, what)
+        wait_until(lambda: out.stat().st_size >= 1 << 20, 60,
+                   lambda: f"{what}: first MiB ({out.stat().st_size} bytes so far)", [cli])
         if runner.preloaded:
-            # paused mid-download: the connection is open in the client and in
-            # the exec'd cat (if it is still writing); the ncat parent closed
-            # its copy right after fork.  The exec took the connection back
-            # to TCP (or it never left it): kernel with a handoff reason, or
-            # shm, and nothing contradicting it.
+            # mid-download: the connection is open in the client and in the
+            # exec'd server program; the ncat parent closed its copy right
+            # after fork.  The exec took the connection back to TCP (or it
+            # never left it): kernel with a handoff reason, or shm, and
+            # nothing contradicting it.
             key = held_conn_key(cli, port)
             vs = runner.vsocket
             wait_tcp_paths(lambda: [*stat_for_tree(vs, srv.pid).values(),
                                     *stat_for_tree(vs, cli.pid).values()],
                            f"ncat --exec server + client, download #{i}", peer="vsocket",
                            idle_ok=False, handoff_ok=True, select=lambda s: conn_key(s) == key)
-        data = head + read_pipe(cli.proc.stdout, None, 60, what)
-        assert cli.wait_exit(timeout=30) == 0, cli.describe()
+        flag.touch()
+        assert cli.wait_exit(timeout=60) == 0, cli.describe()
         cli.check_output_clean()
+        data = out.read_bytes()
         digests.append(hashlib.sha256(data).hexdigest())
         assert digests[-1] == digest, f"{what}: {len(data)} bytes, differs"
     if runner.preloaded:
@@ -244,8 +263,9 @@ def run_ncat_exec(runner, servers, tmp_path, payload):
 
 @pytest.mark.ncat
 def test_ncat_exec(runners, servers, tmp_path, payload):
-    """`ncat -l --keep-open --exec "cat FILE"`: the connection's socket is
-    inherited by a forked and exec'd cat that writes the file into it; three
+    """`ncat -l --keep-open --exec "sh serve.sh FILE FLAG"`: the connection's
+    socket is inherited by a forked and exec'd shell whose head and tail write
+    the file into it (the second half once the test has looked); three
     downloads get the right sha256 with and without vsocket; with vsocket
     each connection, checked mid-download, is on shm when the build has it."""
     results = {r.name: run_ncat_exec(r, servers, tmp_path, payload) for r in runners}

@@ -275,8 +275,13 @@ static int attach_tx_ring(struct vs_shm_conn *c, int memfd)
     return 0;
 }
 
+/* Every decline happens after the peer answered on the rendezvous, so the
+ * peer runs vsocket: if its socket is gone, the failure (a send refused, a
+ * hang-up) is the peer closing a short connection, not a fault to report. */
 static void decline(struct vs_shm_conn *c, const char *reason)
 {
+    if (strcmp(reason, "peer-closed") != 0 && vs_shm_diag_inode(&c->peer, &c->local) == 0)
+        reason = "peer-closed";
     if (c->chan >= 0)
         vs_shm_send_msg(c, VS_MSG_DECLINE, 0, 0);
     vs_info("shm handshake failed: %s", reason);
@@ -295,7 +300,7 @@ static void accepter_connect(struct vs_shm_conn *c, int fd)
 {
     bool data_seen = atomic_load(&c->tcp_data_seen);
     if (c->chan < 0 && (c->chan = unix_socket()) < 0)
-        return decline(c, "no-resources");
+        return vs_shm_conn_fail(c, "no-resources");
     struct sockaddr_un un;
     socklen_t len = rendezvous_name(c, &un);
     if (vs_real.connect(c->chan, (void *)&un, len) < 0) {
