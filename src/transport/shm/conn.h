@@ -104,6 +104,14 @@ static inline bool vs_shm_done(struct vs_shm_conn *c)
     return atomic_load_explicit(&c->hs, memory_order_acquire) == VS_HS_DONE;
 }
 
+/* The peer hung up its side channel after the handshake: it died or closed
+ * without marking its rings (SIGKILL). TCP says how; nothing it left
+ * unread will ever be read. */
+static inline bool vs_shm_peer_gone(struct vs_shm_conn *c)
+{
+    return vs_shm_done(c) && __atomic_load_n(&c->chan, __ATOMIC_RELAXED) < 0;
+}
+
 /* The receive side reads the ring now (switch point reached). */
 static inline bool vs_shm_rx_on_ring(struct vs_shm_conn *c)
 {

@@ -415,8 +415,9 @@ static ssize_t ring_send(struct vs_shm_conn *c, int fd, const struct iovec *iov,
             return total ? (ssize_t)total : -ECONNRESET;
         if (atomic_load(&c->tx_revert_pending))
             return total ? (ssize_t)total : -ESTALE; /* continue on TCP */
-        if (nonblock || fd_nonblocking(fd))
-            return total ? (ssize_t)total : -EAGAIN;
+        /* Full: a peer that died (SIGKILL) never drains it, and only its
+         * side channel's hang-up says so. */
+        vs_shm_progress(c, fd);
         /* The peer's end of TCP may be shut for writing since before our
          * switch: that is no sign of death. Its side channel closing is (a
          * clean close marks the ring, so vs_ring_write says EPIPE), and so
@@ -428,6 +429,8 @@ static ssize_t ring_send(struct vs_shm_conn *c, int fd, const struct iovec *iov,
             raise_sigpipe(flags);
             return -EPIPE;
         }
+        if (nonblock || fd_nonblocking(fd))
+            return total ? (ssize_t)total : -EAGAIN;
         int rc = sleep_on(c, fd, &c->tx, 0, &b);
         if (rc < 0) {
             int e = wait_failed(rc, &b);

@@ -248,8 +248,10 @@ unsigned vs_shm_poll(struct vs_sock *s, int fd, unsigned interest, int tcp_reven
             atomic_store(&c->tcp_data_seen, true);
     }
     if (tx_ring) {
+        /* A dead peer: writable, like a kernel socket, so that the next
+         * write learns it (EPIPE). */
         if (vs_ring_writable(&c->tx) != 0 || vs_ring_peer_closed(&c->tx) ||
-            atomic_load(&c->tx_revert_pending))
+            atomic_load(&c->tx_revert_pending) || vs_shm_peer_gone(c))
             m |= POLLOUT;
         if (tcp & (POLLRDHUP | POLLHUP | POLLERR))
             atomic_store(&c->tcp_event, true);
@@ -271,7 +273,8 @@ unsigned vs_shm_poll_rings(struct vs_sock *s, unsigned interest)
         else if (vs_ring_readable(&c->rx) != 0)
             m |= POLLIN;
     }
-    if ((interest & POLLOUT) && vs_shm_tx_on_ring(c) && vs_shm_ring_ready(&c->tx, false))
+    if ((interest & POLLOUT) && vs_shm_tx_on_ring(c) &&
+        (vs_shm_ring_ready(&c->tx, false) || vs_shm_peer_gone(c)))
         m |= POLLOUT;
     return m & interest;
 }
@@ -323,11 +326,15 @@ void vs_shm_rearm(struct vs_sock *s, unsigned armed)
 uint64_t vs_shm_rx_mark(struct vs_sock *s)
 {
     struct vs_shm_conn *c = s->shm;
-    return atomic_load(&c->rx_ready) ? vs_ring_head(&c->rx) + vs_ring_peer_closed(&c->rx) : 0;
+    return atomic_load(&c->rx_ready)
+               ? vs_ring_head(&c->rx) + vs_ring_peer_closed(&c->rx) + vs_shm_peer_gone(c)
+               : 0;
 }
 
 uint64_t vs_shm_tx_mark(struct vs_sock *s)
 {
     struct vs_shm_conn *c = s->shm;
-    return atomic_load(&c->tx_ready) ? vs_ring_tail(&c->tx) + vs_ring_peer_closed(&c->tx) : 0;
+    return atomic_load(&c->tx_ready)
+               ? vs_ring_tail(&c->tx) + vs_ring_peer_closed(&c->tx) + vs_shm_peer_gone(c)
+               : 0;
 }
