@@ -2,8 +2,7 @@
 under `vsocket run`, for the rendezvous attacks of test_rendezvous.py.
 
 Environment: VSOCKET (the `vsocket` tool), else VSOCKET_BUILD_DIR/bin/vsocket,
-else <repo>/build/bin/vsocket. VSOCKET_SECURITY_STRICT=1 makes the tests of
-known bugs fail instead of xfail.
+else <repo>/build/bin/vsocket.
 """
 
 from __future__ import annotations
@@ -40,7 +39,6 @@ def _tool() -> Path:
 
 
 VSOCKET = _tool()
-STRICT = os.environ.get("VSOCKET_SECURITY_STRICT") == "1"
 
 # What must never appear on a peer's stderr.
 BAD_STDERR = [

@@ -17,9 +17,8 @@ real connection must still upgrade (`vsocket stat`: transport "shm" at both
 ends), a 4 MiB echo must come back byte-exact (sha256), and both processes
 must exit cleanly.
 
-Tests named *_known_bug show a bug of the library this suite found: they
-xfail with "KNOWN BUG" (or fail with VSOCKET_SECURITY_STRICT=1) until it is
-fixed, and pass after.
+Two tests (the silent caller, the forged proof) guard bugs of the library
+this suite found and that are fixed: their return fails them (known_bug()).
 """
 
 from __future__ import annotations
@@ -206,7 +205,7 @@ def test_silent_caller_leaves_after_accept(pairs):
     p.close()
 
 
-def test_silent_caller_stays_known_bug(pairs):
+def test_silent_caller_stays(pairs):
     """A same-uid process that calls first and never speaks must not be able
     to keep the connection off shm ("nobody can make a connection fall back
     merely by calling first", handshake.c)."""
@@ -330,7 +329,7 @@ def test_squatter_gets_nothing(pairs, who):
 # a same-uid process that forges the proof from /proc
 
 
-def test_forged_proof_known_bug(pairs):
+def test_forged_proof(pairs):
     """Same uid, no privilege, not the peer: it calls the rendezvous first
     and waits; once the server accepted, it finds the server's socket in
     /proc/net/tcp (world-readable), opens /proc/<server>/fd/<n> with O_PATH
