@@ -105,23 +105,30 @@ static void create_segment(void)
     fill_header(segment, vs_config.stats_max);
 }
 
-/* A free record, else the oldest closed one; NULL when all are live. */
+/* Once every record has been used, a clock hand sweeps them in order:
+ * records are closed roughly in the order they were opened, so the first
+ * one not live after the hand is about the oldest closed, found without
+ * scanning the whole table on every new socket (nginx accepts thousands a
+ * second). all_live: the last sweep found none; only a close can change that. */
+static unsigned hand;
+static bool all_live;
+
+/* A never used record, else the next one not live; NULL when all are live. */
 static struct vs_stats_record *take_record(void)
 {
-    struct vs_stats_record *r = records(), *oldest = NULL;
+    struct vs_stats_record *r = records();
     unsigned hw = atomic_load(&segment->high_water);
     if (hw < segment->capacity) {
         atomic_store(&segment->high_water, hw + 1);
         return &r[hw];
     }
-    for (unsigned i = 0; i < hw; i++) {
-        unsigned use = atomic_load(&r[i].use);
-        if (use == VS_REC_FREE)
+    for (unsigned n = 0; n < hw && !all_live; n++) {
+        unsigned i = hand++ % hw;
+        if (atomic_load(&r[i].use) != VS_REC_LIVE)
             return &r[i];
-        if (use == VS_REC_CLOSED && (!oldest || r[i].close_ns < oldest->close_ns))
-            oldest = &r[i];
     }
-    return oldest;
+    all_live = true;
+    return NULL;
 }
 
 static void begin_update(struct vs_stats_record *r)
@@ -180,6 +187,7 @@ void vs_stats_close(struct vs_stats_record *r)
     r->close_ns = now_ns();
     end_update(r);
     atomic_store(&r->use, VS_REC_CLOSED);
+    all_live = false;
     pthread_mutex_unlock(&lock);
 }
 
@@ -297,6 +305,7 @@ void vs_stats_fork_child(void)
         struct vs_stats_record *r = records();
         for (unsigned i = 0; i < atomic_load(&segment->high_water); i++)
             atomic_store(&r[i].use, VS_REC_FREE);
+        all_live = false;
         return;
     }
     vs_warn("statistics disabled in child: cannot create %s (%s)", path, strerror(errno));
