@@ -415,9 +415,12 @@ static ssize_t ring_send(struct vs_shm_conn *c, int fd, const struct iovec *iov,
             return total ? (ssize_t)total : -ECONNRESET;
         if (atomic_load(&c->tx_revert_pending))
             return total ? (ssize_t)total : -ESTALE; /* continue on TCP */
-        /* Full: a peer that died (SIGKILL) never drains it, and only its
-         * side channel's hang-up says so. */
-        vs_shm_progress(c, fd);
+        /* Full. A peer that died (SIGKILL) never drains it, and only its
+         * side channel's hang-up says so: a blocking sender hears it in
+         * sleep_on(), a non-blocking one must look. */
+        bool nonblocking = nonblock || fd_nonblocking(fd);
+        if (nonblocking)
+            vs_shm_progress(c, fd);
         /* The peer's end of TCP may be shut for writing since before our
          * switch: that is no sign of death. Its side channel closing is (a
          * clean close marks the ring, so vs_ring_write says EPIPE), and so
@@ -429,7 +432,7 @@ static ssize_t ring_send(struct vs_shm_conn *c, int fd, const struct iovec *iov,
             raise_sigpipe(flags);
             return -EPIPE;
         }
-        if (nonblock || fd_nonblocking(fd))
+        if (nonblocking)
             return total ? (ssize_t)total : -EAGAIN;
         int rc = sleep_on(c, fd, &c->tx, 0, &b);
         if (rc < 0) {
