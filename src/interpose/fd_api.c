@@ -11,11 +11,13 @@
 #include "config/log.h"
 #include "core/fdtable.h"
 #include "interpose/real.h"
+#include "readiness/epoll.h"
 #include "transport/shm/shm.h"
 
 VS_EXPORT int close(int fd)
 {
     VS_REAL_READY();
+    vs_epoll_fd_closing(fd);
     struct vs_sock *s = vs_fd_close_begin(fd);
     int r = vs_real.close(fd);
     int saved_errno = errno;
@@ -31,6 +33,8 @@ VS_EXPORT int fclose(FILE *stream)
 {
     VS_REAL_READY();
     int fd = stream ? fileno(stream) : -1;
+    if (fd >= 0)
+        vs_epoll_fd_closing(fd);
     struct vs_sock *s = fd >= 0 ? vs_fd_close_begin(fd) : NULL;
     int r = vs_real.fclose(stream);
     int saved_errno = errno;
@@ -49,6 +53,8 @@ VS_EXPORT int close_range(unsigned int first, unsigned int last, int flags)
         errno = ENOSYS;
         return -1;
     }
+    if (!(flags & CLOSE_RANGE_CLOEXEC))
+        vs_epoll_range_closing(first, last);
     int r = vs_real.close_range(first, last, flags);
     int saved_errno = errno;
     if (r == 0 && !(flags & CLOSE_RANGE_CLOEXEC)) {
@@ -63,6 +69,8 @@ VS_EXPORT void closefrom(int lowfd)
 {
     VS_REAL_READY();
     int saved_errno = errno;
+    if (lowfd >= 0)
+        vs_epoll_range_closing((unsigned)lowfd, ~0u);
     if (vs_real.closefrom)
         vs_real.closefrom(lowfd);
     if (lowfd >= 0) {
@@ -90,15 +98,24 @@ VS_EXPORT int dup(int fd)
     return track_dup(fd, vs_real.dup(fd));
 }
 
+/* dup2/dup3 close NEWFD first when it is open. */
+static void dup_target_closing(int oldfd, int newfd)
+{
+    if (newfd >= 0 && newfd != oldfd)
+        vs_epoll_fd_closing(newfd);
+}
+
 VS_EXPORT int dup2(int oldfd, int newfd)
 {
     VS_REAL_READY();
+    dup_target_closing(oldfd, newfd);
     return track_dup(oldfd, vs_real.dup2(oldfd, newfd));
 }
 
 VS_EXPORT int dup3(int oldfd, int newfd, int flags)
 {
     VS_REAL_READY();
+    dup_target_closing(oldfd, newfd);
     return track_dup(oldfd, vs_real.dup3(oldfd, newfd, flags));
 }
 

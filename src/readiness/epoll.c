@@ -14,7 +14,18 @@
  *
  * Records live in one reserved region, so that a tagged value is recognised
  * by its address (and checked by its magic and epoll fd): a user's own data
- * is never mistaken for one. */
+ * is never mistaken for one. They are found by (epoll fd, fd) in a hash.
+ *
+ * Event loops that add and delete a socket for every request (redis, most
+ * ae/libevent clients) would pay three or four system calls per call here:
+ * a deleted record therefore stays, *dormant*, with its kernel
+ * registrations, and a later ADD of the same socket revives it without a
+ * system call. The first kernel event for a dormant record deletes its
+ * registrations for real, so a deleted socket never wakes a wait twice, and
+ * so does the fd's close (vs_epoll_fd_closing): once the number is gone, a
+ * registration could no longer be deleted, and a dup of the socket would
+ * keep it alive. Dormancy is used in a few sets at a time (DORMANT_SETS),
+ * so that a close only looks at those. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -26,6 +37,7 @@
 
 #include "core/fdtable.h"
 #include "interpose/real.h"
+#include "readiness/epoll.h"
 #include "readiness/wait_common.h"
 #include "transport/shm/shm.h"
 
@@ -33,6 +45,8 @@
 #define REGION_SIZE (32ul << 20)
 #define MAX_EPFD 65536
 #define WATCH_TAG 1ul
+#define HASH_BUCKETS 65536u
+#define DORMANT_SETS 8
 #define USER_FLAGS (EPOLLET | EPOLLONESHOT | EPOLLEXCLUSIVE | EPOLLWAKEUP)
 
 struct rec {
@@ -44,11 +58,14 @@ struct rec {
     epoll_data_t data;
     unsigned gen;  /* vs_shm_generation() the kernel registrations follow */
     int watch;     /* watch fd registered in the kernel set, or -1 */
-    bool disabled; /* EPOLLONESHOT fired */
+    uint32_t kev;  /* events of the TCP fd's kernel registration */
+    bool disabled; /* EPOLLONESHOT fired, or dormant */
+    bool dormant;  /* deleted by the user; kernel registrations kept */
     unsigned perm; /* armed for good (nested set): what vs_shm_arm() returned */
     uint64_t rx_mark, tx_mark, round;
     int out_idx;
-    struct rec *next;
+    struct rec *next, *prev; /* in the set's list */
+    struct rec *hnext;       /* in the hash bucket */
 };
 
 /* Guards everything below. */
@@ -56,9 +73,16 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static char *region;
 static size_t region_used;
 static struct rec *free_recs;
-static struct rec **sets; /* per epoll fd: its records */
+static struct rec **sets;    /* per epoll fd: its records */
+static struct rec **buckets; /* by (epoll fd, fd) */
 static bool nested[MAX_EPFD];
 static uint64_t rounds;
+/* The sets holding dormant records, and how many each. */
+static struct {
+    int epfd;
+    unsigned n;
+} dormant_sets[DORMANT_SETS];
+static _Atomic unsigned dormant_total; /* read without the lock by closes */
 
 static bool setup(void)
 {
@@ -68,9 +92,19 @@ static bool setup(void)
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     void *s = mmap(NULL, MAX_EPFD * sizeof(*sets), PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (r == MAP_FAILED || s == MAP_FAILED)
+    void *b = mmap(NULL, HASH_BUCKETS * sizeof(*buckets), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (r == MAP_FAILED || s == MAP_FAILED || b == MAP_FAILED) {
+        if (r != MAP_FAILED)
+            munmap(r, REGION_SIZE);
+        if (s != MAP_FAILED)
+            munmap(s, MAX_EPFD * sizeof(*sets));
+        if (b != MAP_FAILED)
+            munmap(b, HASH_BUCKETS * sizeof(*buckets));
         return false;
+    }
     sets = s;
+    buckets = b;
     region = r;
     return true;
 }
@@ -92,11 +126,70 @@ static struct rec *rec_alloc(void)
     return r;
 }
 
+static struct rec **bucket(int epfd, int fd)
+{
+    uint32_t h = (uint32_t)epfd * 2654435761u ^ (uint32_t)fd * 2246822519u;
+    return &buckets[(h ^ h >> 16) % HASH_BUCKETS];
+}
+
+static void rec_link(struct rec *r)
+{
+    r->prev = NULL;
+    r->next = sets[r->epfd];
+    if (r->next)
+        r->next->prev = r;
+    sets[r->epfd] = r;
+    struct rec **b = bucket(r->epfd, r->fd);
+    r->hnext = *b;
+    *b = r;
+}
+
+/* Makes R dormant if its set may hold one more; false if it may not. */
+static bool make_dormant(struct rec *r)
+{
+    int free_slot = -1;
+    for (int i = 0; i < DORMANT_SETS; i++) {
+        if (dormant_sets[i].n && dormant_sets[i].epfd == r->epfd) {
+            free_slot = i;
+            break;
+        }
+        if (!dormant_sets[i].n && free_slot < 0)
+            free_slot = i;
+    }
+    if (free_slot < 0)
+        return false;
+    dormant_sets[free_slot].epfd = r->epfd;
+    dormant_sets[free_slot].n++;
+    atomic_fetch_add(&dormant_total, 1);
+    r->dormant = r->disabled = true;
+    return true;
+}
+
+static void wake_dormant(struct rec *r)
+{
+    if (!r->dormant)
+        return;
+    r->dormant = false;
+    for (int i = 0; i < DORMANT_SETS; i++)
+        if (dormant_sets[i].n && dormant_sets[i].epfd == r->epfd) {
+            dormant_sets[i].n--;
+            break;
+        }
+    atomic_fetch_sub(&dormant_total, 1);
+}
+
 static void rec_unlink(struct rec *r)
 {
-    for (struct rec **p = &sets[r->epfd]; *p; p = &(*p)->next)
+    wake_dormant(r);
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        sets[r->epfd] = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
+    for (struct rec **p = bucket(r->epfd, r->fd); *p; p = &(*p)->hnext)
         if (*p == r) {
-            *p = r->next;
+            *p = r->hnext;
             break;
         }
     r->magic = 0;
@@ -108,8 +201,8 @@ static struct rec *find(int epfd, int fd)
 {
     if (!sets || epfd < 0 || epfd >= MAX_EPFD)
         return NULL;
-    for (struct rec *r = sets[epfd]; r; r = r->next)
-        if (r->fd == fd)
+    for (struct rec *r = *bucket(epfd, fd); r; r = r->hnext)
+        if (r->epfd == epfd && r->fd == fd)
             return r;
     return NULL;
 }
@@ -152,11 +245,13 @@ static uint32_t tcp_events(struct vs_sock *s, const struct rec *r)
     return vs_shm_tcp_interest(s, want) | (r->events & (EPOLLET | EPOLLWAKEUP));
 }
 
-/* Brings the kernel registrations in line with the socket's phase. */
-static void sync_kernel(struct vs_sock *s, struct rec *r, bool add)
+/* Brings the kernel registrations in line with the socket's phase (no
+ * system call when they are already). */
+static void sync_kernel(struct vs_sock *s, struct rec *r)
 {
     struct epoll_event ev = {.events = tcp_events(s, r), .data.u64 = (uint64_t)(uintptr_t)r};
-    vs_real.epoll_ctl(r->epfd, add ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, r->fd, &ev);
+    if (ev.events != r->kev && vs_real.epoll_ctl(r->epfd, EPOLL_CTL_MOD, r->fd, &ev) == 0)
+        r->kev = ev.events;
     /* The old watch fd is never deleted by number: it was closed (which
      * removed it from the set) or still belongs to this connection, and
      * its number may by now name another connection's side channel. */
@@ -195,9 +290,33 @@ static void rec_drop(struct rec *r, struct vs_sock *s)
     rec_unlink(r);
 }
 
+/* EPOLL_CTL_MOD, or the ADD that revives a dormant record. */
+static int ctl_modify(struct vs_sock *s, struct rec *r, const struct epoll_event *event)
+{
+    r->events = event->events;
+    r->data = event->data;
+    r->disabled = false;
+    r->rx_mark = r->tx_mark = 0;
+    sync_kernel(s, r);
+    perm_arm(s, r);
+    return 0;
+}
+
 static int ctl_record(int epfd, int op, int fd, struct epoll_event *event, struct vs_sock *s)
 {
     struct rec *r = find(epfd, fd);
+    if (r && r->dormant) {
+        if (op != EPOLL_CTL_ADD) {
+            errno = ENOENT;
+            return -1;
+        }
+        if (!event) {
+            errno = EFAULT;
+            return -1;
+        }
+        wake_dormant(r);
+        return ctl_modify(s, r, event);
+    }
     if (op == EPOLL_CTL_ADD) {
         if (r) {
             errno = EEXIST;
@@ -226,9 +345,9 @@ static int ctl_record(int epfd, int op, int fd, struct epoll_event *event, struc
             errno = err;
             return -1;
         }
-        r->next = sets[epfd];
-        sets[epfd] = r;
-        sync_kernel(s, r, false);
+        r->kev = ev.events;
+        rec_link(r);
+        sync_kernel(s, r);
         perm_arm(s, r);
         return 0;
     }
@@ -237,20 +356,19 @@ static int ctl_record(int epfd, int op, int fd, struct epoll_event *event, struc
         return -1;
     }
     if (op == EPOLL_CTL_DEL) {
-        rec_drop(r, s);
+        /* Dormant: see the top of this file. */
+        if (r->perm)
+            vs_shm_disarm(s, r->perm);
+        r->perm = 0;
+        if (!make_dormant(r))
+            rec_drop(r, s);
         return 0;
     }
     if (!event) {
         errno = EFAULT;
         return -1;
     }
-    r->events = event->events;
-    r->data = event->data;
-    r->disabled = false;
-    r->rx_mark = r->tx_mark = 0;
-    sync_kernel(s, r, false);
-    perm_arm(s, r);
-    return 0;
+    return ctl_modify(s, r, event);
 }
 
 static bool is_epoll_fd(int fd)
@@ -276,6 +394,44 @@ static void mark_nested(int fd)
                 perm_arm(s, r);
                 vs_sock_put(s);
             }
+        }
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+/* Deletes the kernel registrations of R, dormant, while its fd is open. */
+static void drop_dormant(struct rec *r)
+{
+    struct vs_sock *s = rec_sock(r);
+    rec_drop(r, s);
+    if (s)
+        vs_sock_put(s);
+}
+
+void vs_epoll_fd_closing(int fd)
+{
+    if (!atomic_load(&dormant_total))
+        return;
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < DORMANT_SETS; i++) {
+        struct rec *r = dormant_sets[i].n ? find(dormant_sets[i].epfd, fd) : NULL;
+        if (r && r->dormant)
+            drop_dormant(r);
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+void vs_epoll_range_closing(unsigned first, unsigned last)
+{
+    if (!atomic_load(&dormant_total))
+        return;
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < DORMANT_SETS; i++) {
+        struct rec *next;
+        for (struct rec *r = dormant_sets[i].n ? sets[dormant_sets[i].epfd] : NULL; r; r = next) {
+            next = r->next;
+            if (r->dormant && (unsigned)r->fd >= first && (unsigned)r->fd <= last)
+                drop_dormant(r);
         }
     }
     pthread_mutex_unlock(&lock);
@@ -371,7 +527,8 @@ static void report(struct wait *w, struct rec *r, unsigned m)
     if (r->events & EPOLLONESHOT) {
         r->disabled = true;
         struct epoll_event none = {.events = 0, .data.u64 = (uint64_t)(uintptr_t)r};
-        vs_real.epoll_ctl(r->epfd, EPOLL_CTL_MOD, r->fd, &none);
+        if (vs_real.epoll_ctl(r->epfd, EPOLL_CTL_MOD, r->fd, &none) == 0)
+            r->kev = 0;
     }
 }
 
@@ -408,6 +565,15 @@ static void translate(struct wait *w, const struct epoll_event *kev, int n)
             rec_drop(r, NULL);
             continue;
         }
+        if (r->dormant) {
+            rec_drop(r, s); /* now for real: it will not wake us again */
+            vs_sock_put(s);
+            continue;
+        }
+        /* One-shot, fired: its side channel is still read, or its news
+         * would wake every wait until the user re-arms it. */
+        if (r->disabled && watch)
+            vs_shm_poll(s, r->fd, 0, 0, true);
         if (!r->disabled) {
             unsigned from_kernel = watch ? 0 : kev[i].events;
             unsigned m = vs_shm_poll(s, r->fd, interest(r),
@@ -437,7 +603,7 @@ static void scan(struct wait *w, bool sync)
             continue;
         }
         if (sync && r->gen != vs_shm_generation(s)) {
-            sync_kernel(s, r, false);
+            sync_kernel(s, r);
             perm_arm(s, r);
         }
         unsigned m = vs_shm_poll_rings(s, interest(r));

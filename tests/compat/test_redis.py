@@ -60,9 +60,12 @@ def run_benchmark(runner, servers, tmp_path):
     for k, (n, failed) in calls.items():
         assert n == N and failed == 0, f"[{runner}] redis counted {n} {k} calls ({failed} failed), expected {N}"
     if runner.preloaded:
-        bsocks = check_sampled_paths(sampler, "redis-benchmark", peer="vsocket", min_conns=20)
-        assert len(find_sockets(bsocks, proto="tcp", peer_port=port)) >= 20, \
-            f"redis-benchmark: expected >= 20 connections in stat:\n{dump_stat(sampler.merged())}"
+        # On shm the whole run may end between two samples (~0.2 s): what the
+        # samples saw must not contradict the path; the proof that the
+        # benchmark's 20 connections ran on shm is the server's side below
+        # (a connection is on shm at one end only if it is at both).
+        if sampler.samples:
+            check_sampled_paths(sampler, "redis-benchmark", peer="vsocket", min_shm=0)
         # every connection the server accepted (benchmark, redis-cli) on shm with SHM_BUILT
         procs, socks = check_server_stat(srv, port, comm="redis-server", peer="vsocket",
                                          min_conns=21)

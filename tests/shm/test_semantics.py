@@ -528,7 +528,7 @@ def test_select_and_poll(family, api):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("case", ["lt", "et", "oneshot", "rdhup", "two_sets"])
+@pytest.mark.parametrize("case", ["lt", "et", "oneshot", "rdhup", "two_sets", "del_readd"])
 def test_epoll(family, case):
     need_results(run_pair(f"epoll_{case}", family))
 

@@ -24,6 +24,7 @@ Every check is made here (expect(...) raises CheckFailed, reported as an
 error event with the message); timings are also reported for the test to
 check. Data is pseudo-random from fixed seeds and compared with sha256.
 """
+import errno
 import fcntl
 import hashlib
 import json
@@ -860,6 +861,8 @@ def b_sends_on_request(s, ctl, steps, final=True):
         time.sleep(delay)
         if payload == "SHUT_WR":
             s.shutdown(socket.SHUT_WR)
+        elif payload == "CLOSE":
+            s.close()
         elif payload:
             s.sendall(payload)
     # stay connected until a is done: our exit would be an event of its own
@@ -1005,6 +1008,58 @@ def _(s, ctl):
     expect(recv_exact(s, 10) == b"still-open", "reverse direction after SHUT_WR")
     ctl.sync("done")
     return {}
+
+
+@scenario("epoll_del_readd")
+def _(s, ctl):
+    """Event loops that add and delete a socket on every request."""
+    ep = select.epoll()
+    fd = s.fileno()
+    for _i in range(20000):                 # no growth, no error
+        ep.register(fd, select.EPOLLIN)
+        ep.unregister(fd)
+    ctl.sync("send1")
+    time.sleep(0.3)
+    expect(ep.poll(0.3) == [], "deleted socket with data: event")
+    for op in (lambda: ep.unregister(fd), lambda: ep.modify(fd, select.EPOLLIN)):
+        try:
+            op()
+            expect(False, "DEL/MOD of a deleted socket succeeded")
+        except OSError as e:
+            expect(e.errno == errno.ENOENT, f"DEL/MOD of a deleted socket: {e}")
+    ep.register(fd, select.EPOLLIN | select.EPOLLET)
+    try:
+        ep.register(fd, select.EPOLLIN)
+        expect(False, "second ADD succeeded")
+    except OSError as e:
+        expect(e.errno == errno.EEXIST, f"second ADD: {e}")
+    ev = ep.poll(2)
+    expect(ev == [(fd, select.EPOLLIN)], f"added again with data waiting: {ev}")
+    expect(recv_exact(s, 100) == data(171, 100), "data wrong")
+    # A dup added, deleted, then closed while the socket lives on: nothing
+    # more may come of it (no event, no early return), even when the kernel
+    # socket has news (the peer closed: FIN).
+    d = os.dup(fd)
+    ep.register(d, select.EPOLLIN | select.EPOLLRDHUP)
+    ep.unregister(d)
+    os.close(d)
+    ep.unregister(fd)
+    ctl.sync("shut")
+    time.sleep(0.3)
+    for _i in range(2):
+        t = Timer()
+        ev = ep.poll(0.3)
+        expect(ev == [], f"events after delete and close of a dup: {ev}")
+        expect(t() >= 0.25, f"epoll.poll(0.3) returned after {t():.3f}s")
+    expect(s.recv(10) == b"", "no EOF after the peer's close")
+    ep.close()
+    ctl.sync("done")
+    return {}
+
+
+@_.b
+def _(s, ctl):
+    return b_sends_on_request(s, ctl, [("send1", data(171, 100), 0.0), ("shut", "CLOSE", 0.0)])
 
 
 @scenario("epoll_two_sets")

@@ -1,0 +1,13 @@
+/* epoll.h - what the epoll module needs to hear from the rest of the library. */
+#ifndef VSOCKET_EPOLL_H
+#define VSOCKET_EPOLL_H
+
+/* FD is about to be closed (close, fclose, or dup2/dup3 onto it): the
+ * kernel registrations that a set deleted by the user still keeps for it
+ * (dormant records, see epoll.c) go now, while its number is still valid. */
+void vs_epoll_fd_closing(int fd);
+
+/* The same for every fd in [FIRST, LAST] (close_range, closefrom). */
+void vs_epoll_range_closing(unsigned first, unsigned last);
+
+#endif
