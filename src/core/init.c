@@ -8,6 +8,7 @@
 #include "core/sock.h"
 #include "transport/shm/shm.h"
 #include "interpose/real.h"
+#include "readiness/epoll.h"
 
 __attribute__((constructor)) static void vs_load(void)
 {
@@ -24,11 +25,12 @@ __attribute__((destructor)) static void vs_unload(void)
     vs_stats_exit();
 }
 
-/* Locks are taken in one order (sockets, then statistics) and released in
- * both processes, so the child never inherits a lock held by a thread it
- * does not have. */
+/* Locks are taken in one order (epoll records, connections, sockets, then
+ * statistics) and released in both processes, so the child never inherits
+ * a lock held by a thread it does not have. */
 void vs_fork_prepare(void)
 {
+    vs_epoll_fork_prepare();
     vs_shm_fork_prepare();
     vs_sock_fork_prepare();
     vs_stats_fork_prepare();
@@ -39,6 +41,7 @@ void vs_fork_parent(void)
     vs_stats_fork_parent();
     vs_sock_fork_parent();
     vs_shm_fork_parent();
+    vs_epoll_fork_parent();
 }
 
 void vs_fork_child(void)
@@ -46,4 +49,5 @@ void vs_fork_child(void)
     vs_stats_fork_child();
     vs_sock_fork_child();
     vs_shm_fork_child();
+    vs_epoll_fork_child();
 }

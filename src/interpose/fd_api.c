@@ -181,7 +181,7 @@ static void leave_rings(int fd, const char *reason)
         return;
     int saved_errno = errno;
     if (s->shm)
-        vs_shm_leave(s, reason);
+        vs_shm_leave(s, fd, reason);
     vs_sock_put(s);
     errno = saved_errno;
 }

@@ -207,17 +207,23 @@ static struct rec *find(int epfd, int fd)
     return NULL;
 }
 
-/* The record behind a tagged value from the kernel, or NULL for user data. */
-static struct rec *untag(uint64_t v, int epfd, bool *watch)
+enum tag { TAG_USER, TAG_REC, TAG_DEAD };
+
+/* What a value from the kernel is: the user's own data, one of our records
+ * (*R), or a record dropped meanwhile (its other registration fired in the
+ * same batch, or could not be deleted): never the user's, never reported. */
+static enum tag untag(uint64_t v, int epfd, struct rec **r, bool *watch)
 {
     if (!region || v < (uint64_t)(uintptr_t)region ||
         v >= (uint64_t)(uintptr_t)region + region_used)
-        return NULL;
-    struct rec *r = (struct rec *)(uintptr_t)(v & ~WATCH_TAG);
-    if (((uintptr_t)r - (uintptr_t)region) % sizeof(*r) || r->magic != REC_MAGIC || r->epfd != epfd)
-        return NULL;
+        return TAG_USER;
+    *r = (struct rec *)(uintptr_t)(v & ~WATCH_TAG);
+    if (((uintptr_t)*r - (uintptr_t)region) % sizeof(**r))
+        return TAG_USER;
+    if ((*r)->magic != REC_MAGIC || (*r)->epfd != epfd)
+        return TAG_DEAD;
     *watch = v & WATCH_TAG;
-    return r;
+    return TAG_REC;
 }
 
 /* The socket a record stands for, with a reference; NULL when the fd was
@@ -246,11 +252,14 @@ static uint32_t tcp_events(struct vs_sock *s, const struct rec *r)
 }
 
 /* Brings the kernel registrations in line with the socket's phase (no
- * system call when they are already). */
-static void sync_kernel(struct vs_sock *s, struct rec *r)
+ * system call when they are already). REARM: the user's MOD or ADD, which
+ * makes the kernel look at an edge-triggered fd again. */
+static void sync_kernel(struct vs_sock *s, struct rec *r, bool rearm)
 {
     struct epoll_event ev = {.events = tcp_events(s, r), .data.u64 = (uint64_t)(uintptr_t)r};
-    if (ev.events != r->kev && vs_real.epoll_ctl(r->epfd, EPOLL_CTL_MOD, r->fd, &ev) == 0)
+    bool again = rearm && (ev.events & EPOLLET);
+    if ((ev.events != r->kev || again) &&
+        vs_real.epoll_ctl(r->epfd, EPOLL_CTL_MOD, r->fd, &ev) == 0)
         r->kev = ev.events;
     /* The old watch fd is never deleted by number: it was closed (which
      * removed it from the set) or still belongs to this connection, and
@@ -297,7 +306,7 @@ static int ctl_modify(struct vs_sock *s, struct rec *r, const struct epoll_event
     r->data = event->data;
     r->disabled = false;
     r->rx_mark = r->tx_mark = 0;
-    sync_kernel(s, r);
+    sync_kernel(s, r, true);
     perm_arm(s, r);
     return 0;
 }
@@ -347,7 +356,7 @@ static int ctl_record(int epfd, int op, int fd, struct epoll_event *event, struc
         }
         r->kev = ev.events;
         rec_link(r);
-        sync_kernel(s, r);
+        sync_kernel(s, r, false);
         perm_arm(s, r);
         return 0;
     }
@@ -408,8 +417,24 @@ static void drop_dormant(struct rec *r)
         vs_sock_put(s);
 }
 
+/* Forgets every record of a set (no system call: the set is gone, or is
+ * somebody else's). */
+static void forget_set(int epfd)
+{
+    while (sets && sets[epfd])
+        rec_unlink(sets[epfd]);
+    nested[epfd] = false;
+}
+
 void vs_epoll_fd_closing(int fd)
 {
+    /* An epoll fd: its records go with it. (Read without the lock: a set
+     * being filled by another thread while we close it is the user's race.) */
+    if (fd >= 0 && fd < MAX_EPFD && sets && sets[fd]) {
+        pthread_mutex_lock(&lock);
+        forget_set(fd);
+        pthread_mutex_unlock(&lock);
+    }
     if (!atomic_load(&dormant_total))
         return;
     pthread_mutex_lock(&lock);
@@ -423,9 +448,14 @@ void vs_epoll_fd_closing(int fd)
 
 void vs_epoll_range_closing(unsigned first, unsigned last)
 {
-    if (!atomic_load(&dormant_total))
-        return;
     pthread_mutex_lock(&lock);
+    for (unsigned fd = first; sets && fd <= last && fd < MAX_EPFD; fd++)
+        if (sets[fd])
+            forget_set((int)fd);
+    if (!atomic_load(&dormant_total)) {
+        pthread_mutex_unlock(&lock);
+        return;
+    }
     for (int i = 0; i < DORMANT_SETS; i++) {
         struct rec *next;
         for (struct rec *r = dormant_sets[i].n ? sets[dormant_sets[i].epfd] : NULL; r; r = next) {
@@ -435,6 +465,32 @@ void vs_epoll_range_closing(unsigned first, unsigned last)
         }
     }
     pthread_mutex_unlock(&lock);
+}
+
+void vs_epoll_fork_prepare(void)
+{
+    pthread_mutex_lock(&lock);
+}
+
+void vs_epoll_fork_parent(void)
+{
+    pthread_mutex_unlock(&lock);
+}
+
+/* The child shares the parent's kernel epoll sets: a dormant registration
+ * there is the parent's to delete (the child's user deleted the socket
+ * too), so the child forgets its dormant records without a system call. */
+void vs_epoll_fork_child(void)
+{
+    pthread_mutex_init(&lock, NULL);
+    for (int i = 0; i < DORMANT_SETS; i++) {
+        struct rec *next;
+        for (struct rec *r = dormant_sets[i].n ? sets[dormant_sets[i].epfd] : NULL; r; r = next) {
+            next = r->next;
+            if (r->dormant)
+                rec_unlink(r);
+        }
+    }
 }
 
 void vs_epoll_watched(int fd)
@@ -485,9 +541,7 @@ static int fresh_epfd(int epfd)
     if (epfd < 0 || epfd >= MAX_EPFD)
         return epfd;
     pthread_mutex_lock(&lock);
-    while (sets && sets[epfd])
-        rec_unlink(sets[epfd]);
-    nested[epfd] = false;
+    forget_set(epfd);
     pthread_mutex_unlock(&lock);
     return epfd;
 }
@@ -554,8 +608,11 @@ static void translate(struct wait *w, const struct epoll_event *kev, int n)
 {
     for (int i = 0; i < n; i++) {
         bool watch = false;
-        struct rec *r = untag(kev[i].data.u64, w->epfd, &watch);
-        if (!r) {
+        struct rec *r = NULL;
+        enum tag tag = untag(kev[i].data.u64, w->epfd, &r, &watch);
+        if (tag == TAG_DEAD)
+            continue;
+        if (tag == TAG_USER) {
             if (w->n < w->max)
                 w->out[w->n++] = kev[i];
             continue;
@@ -603,7 +660,7 @@ static void scan(struct wait *w, bool sync)
             continue;
         }
         if (sync && r->gen != vs_shm_generation(s)) {
-            sync_kernel(s, r);
+            sync_kernel(s, r, false);
             perm_arm(s, r);
         }
         unsigned m = vs_shm_poll_rings(s, interest(r));

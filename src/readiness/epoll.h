@@ -4,10 +4,17 @@
 
 /* FD is about to be closed (close, fclose, or dup2/dup3 onto it): the
  * kernel registrations that a set deleted by the user still keeps for it
- * (dormant records, see epoll.c) go now, while its number is still valid. */
+ * (dormant records, see epoll.c) go now, while its number is still valid;
+ * if FD is an epoll set, its records go. */
 void vs_epoll_fd_closing(int fd);
 
 /* The same for every fd in [FIRST, LAST] (close_range, closefrom). */
 void vs_epoll_range_closing(unsigned first, unsigned last);
+
+/* fork: the records' lock is held across it; the child forgets its
+ * dormant records (the kernel sets are shared with the parent). */
+void vs_epoll_fork_prepare(void);
+void vs_epoll_fork_parent(void);
+void vs_epoll_fork_child(void);
 
 #endif

@@ -19,6 +19,7 @@
 #include "transport/shm/conn.h"
 #include "transport/shm/proto.h"
 #include "transport/shm/shm.h"
+#include "transport/shm/shm_internal.h"
 
 /* Every connection this process holds, for fork. */
 static pthread_mutex_t conns_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -200,7 +201,7 @@ static void leave_locked(struct vs_shm_conn *c, const char *reason)
         vs_shm_conn_fail(c, reason);
 }
 
-void vs_shm_leave(struct vs_sock *s, const char *reason)
+void vs_shm_leave(struct vs_sock *s, int fd, const char *reason)
 {
     struct vs_shm_conn *c = s->shm;
     if (!c || !vs_shm_active(c))
@@ -209,6 +210,7 @@ void vs_shm_leave(struct vs_sock *s, const char *reason)
     leave_locked(c, reason);
     vs_plock_unlock(&c->ctl_lock);
     vs_info("a connection leaves the rings: %s", reason);
+    vs_shm_sync(s, fd);
 }
 
 /* exec keeps a descriptor unless it is close-on-exec: only connections the

@@ -132,7 +132,9 @@ void vs_shm_sync(struct vs_sock *s, int fd)
                 (unsigned long)c->rx.capacity, (unsigned long)c->tx.capacity);
     } else {
         const char *why = c->fail_reason ? c->fail_reason : VS_REASON_PEER_NOT_VSOCKET;
-        vs_stats_set_reason(s->stat, why);
+        /* Also after it was shown on shm: it left the rings (exec, stdio, splice). */
+        s->transport = VS_TRANSPORT_KERNEL;
+        vs_stats_set_transport(s->stat, VS_TRANSPORT_KERNEL, why);
         vs_info("fd %d: stays on the kernel: %s", fd, why);
     }
 }

@@ -83,9 +83,10 @@ void vs_shm_fork_failed(void);
  * both continue on TCP (proto.h: REVERT). */
 void vs_shm_before_exec(void);
 
-/* The same for one connection whose bytes are about to move out of our
- * sight (stdio on the socket, splice): REASON shows in the statistics. */
-void vs_shm_leave(struct vs_sock *s, const char *reason);
+/* The same for one connection, FD, whose bytes are about to move out of
+ * our sight (stdio on the socket, splice): REASON shows in the statistics
+ * at once. */
+void vs_shm_leave(struct vs_sock *s, int fd, const char *reason);
 
 /* CLOCK_MONOTONIC in ns. */
 long vs_shm_now_ns(void);

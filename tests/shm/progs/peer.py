@@ -1062,6 +1062,105 @@ def _(s, ctl):
     return b_sends_on_request(s, ctl, [("send1", data(171, 100), 0.0), ("shut", "CLOSE", 0.0)])
 
 
+@scenario("epoll_del_peerclose")
+def _(s, ctl):
+    """Deleted, then the peer closes: both kernel registrations fire in one
+    batch; neither may reach the user."""
+    ep = select.epoll()
+    fd = s.fileno()
+    ep.register(fd, select.EPOLLIN)
+    ep.unregister(fd)
+    ctl.sync("shut")
+    time.sleep(0.3)
+    for _i in range(2):
+        ev = ep.poll(0.3)
+        expect(ev == [], f"events after delete, peer closed: {ev!r} (fd {fd})")
+    ep.close()
+    ctl.sync("done")
+    return {}
+
+
+@_.b
+def _(s, ctl):
+    return b_sends_on_request(s, ctl, [("shut", "CLOSE", 0.0)])
+
+
+def kernel_registrations(ep) -> int:
+    with open(f"/proc/self/fdinfo/{ep.fileno()}") as f:
+        return f.read().count("tfd:")
+
+
+@scenario("epoll_del_fork")
+def _(s, ctl):
+    """Deleted, then a child is forked and exits: the kernel set is shared,
+    and the parent's ADD must still find its registrations."""
+    ep = select.epoll()
+    fd = s.fileno()
+    ep.register(fd, select.EPOLLIN)
+    ep.unregister(fd)
+    pid = os.fork()
+    if pid == 0:
+        os.close(fd)
+        os._exit(0)
+    before = kernel_registrations(ep)
+    os.waitpid(pid, 0)
+    after = kernel_registrations(ep)
+    ep.register(fd, select.EPOLLIN)
+    info = (f"kernel registrations: {before} before the child's close, {after} after, "
+            f"{kernel_registrations(ep)} after the ADD")
+    ctl.sync("send1")
+    t = Timer()
+    ev = ep.poll(3)
+    expect(ev == [(fd, select.EPOLLIN)], f"{info}; re-added after the child's close: {ev!r} "
+           f"after {t():.3f}s")
+    expect(recv_exact(s, 100) == b"x" * 100, "data wrong")
+    ep.close()
+    ctl.sync("done")
+    return {}
+
+
+def b_splices(s, ctl):
+    """b: 100 bytes by splice(), which takes the connection back to TCP."""
+    ctl.sync("send1")
+    time.sleep(0.3)
+    r, w = os.pipe()
+    os.write(w, b"x" * 100)
+    os.splice(r, s.fileno(), 100)
+    ctl.sync("done")
+    return {}
+
+
+_.b(b_splices)
+
+
+@scenario("epoll_et_readd")
+def _(s, ctl):
+    """Edge-triggered, data waiting on TCP: MOD and DEL+ADD report it again,
+    as the kernel does."""
+    ep = select.epoll()
+    fd = s.fileno()
+    ep.register(fd, select.EPOLLIN | select.EPOLLET)
+    ctl.sync("send1")
+    time.sleep(0.5)
+    want = [(fd, select.EPOLLIN)]
+    ev = ep.poll(2)
+    expect(ev == want, f"ET, data waiting: {ev}")
+    ep.modify(fd, select.EPOLLIN | select.EPOLLET)
+    ev = ep.poll(1)
+    expect(ev == want, f"ET, after MOD: {ev}")
+    ep.unregister(fd)
+    ep.register(fd, select.EPOLLIN | select.EPOLLET)
+    ev = ep.poll(1)
+    expect(ev == want, f"ET, after DEL and ADD: {ev}")
+    expect(recv_exact(s, 100) == b"x" * 100, "data wrong")
+    ep.close()
+    ctl.sync("done")
+    return {}
+
+
+_.b(b_splices)
+
+
 @scenario("epoll_two_sets")
 def _(s, ctl):
     fd = s.fileno()
