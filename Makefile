@@ -32,7 +32,7 @@ install: build
 	cmake --install $(BUILD)
 
 format:
-	clang-format -i src/*/*.c src/*/*.h tests/unit/*.c tests/unit/*.h tools/*/*.c
+	find src tests/unit tools bench -name '*.[ch]' -print0 | xargs -0 clang-format -i
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)
