@@ -1,5 +1,6 @@
 /* ring.c - single-producer/single-consumer byte ring in a sealed memfd. */
 #include "memory/ring.h"
+#include "memory/copy.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -193,18 +194,18 @@ static void copy_in(struct vs_ring *r, uint64_t at, const unsigned char *src, si
 {
     size_t off = at & (r->capacity - 1);
     size_t first = min_size(len, r->capacity - off);
-    memcpy(r->data + off, src, first);
+    vs_copy(r->data + off, src, first);
     if (len > first)
-        memcpy(r->data, src + first, len - first);
+        vs_copy(r->data, src + first, len - first);
 }
 
 static void copy_out(struct vs_ring *r, uint64_t at, unsigned char *dst, size_t len)
 {
     size_t off = at & (r->capacity - 1);
     size_t first = min_size(len, r->capacity - off);
-    memcpy(dst, r->data + off, first);
+    vs_copy(dst, r->data + off, first);
     if (len > first)
-        memcpy(dst + first, r->data, len - first);
+        vs_copy(dst + first, r->data, len - first);
 }
 
 /* Copies at most max bytes; returns how many. */

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "memory/copy.h"
 #include "memory/ring.h"
 
 #if defined(__has_include)
@@ -678,8 +679,35 @@ static void test_wild_cursors(void)
     vs_ring_destroy(&p);
 }
 
+/* vs_copy is memcpy at every size and every distance between the buffers,
+ * the aliased ones it copies itself included; nothing outside is touched. */
+static void test_copy(void)
+{
+    enum { AREA = 3 * 65536 };
+    unsigned char *src = aligned_alloc(4096, AREA), *dst = aligned_alloc(4096, AREA);
+    for (size_t i = 0; i < AREA; i++)
+        src[i] = (unsigned char)(i * 131 + 7);
+    const size_t sizes[] = {0, 1, 63, 64, 65, 1023, 1024, 1025, 4096 + 7, 65536 + 5};
+    const size_t offsets[] = {0, 1, 15, 16, 17, 31, 32, 63, 64, 100, 2048, 4095};
+    int bad = 0;
+    for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++)
+        for (size_t o = 0; o < sizeof(offsets) / sizeof(offsets[0]); o++) {
+            size_t n = sizes[si], from = 8192, to = 8192 + offsets[o];
+            memset(dst, 0xee, AREA);
+            vs_copy(dst + to, src + from, n);
+            bool ok =
+                memcmp(dst + to, src + from, n) == 0 && dst[to - 1] == 0xee && dst[to + n] == 0xee;
+            if (!ok && bad++ < 3)
+                fprintf(stderr, "vs_copy: size %zu, distance %zu: wrong\n", n, offsets[o]);
+        }
+    CHECK_EQ(bad, 0);
+    free(src);
+    free(dst);
+}
+
 int main(void)
 {
+    test_copy();
     test_create();
     test_wrap_random();
     test_partial_and_peek();
