@@ -446,24 +446,31 @@ void vs_epoll_fd_closing(int fd)
     pthread_mutex_unlock(&lock);
 }
 
+/* Every dormant record of an fd in [FIRST, LAST]: its kernel registrations
+ * deleted, or (FORGET) only the record. */
+static void end_dormant(unsigned first, unsigned last, bool forget)
+{
+    for (int i = 0; i < DORMANT_SETS; i++) {
+        struct rec *next;
+        for (struct rec *r = dormant_sets[i].n ? sets[dormant_sets[i].epfd] : NULL; r; r = next) {
+            next = r->next;
+            if (!r->dormant || (unsigned)r->fd < first || (unsigned)r->fd > last)
+                continue;
+            if (forget)
+                rec_unlink(r);
+            else
+                drop_dormant(r);
+        }
+    }
+}
+
 void vs_epoll_range_closing(unsigned first, unsigned last)
 {
     pthread_mutex_lock(&lock);
     for (unsigned fd = first; sets && fd <= last && fd < MAX_EPFD; fd++)
         if (sets[fd])
             forget_set((int)fd);
-    if (!atomic_load(&dormant_total)) {
-        pthread_mutex_unlock(&lock);
-        return;
-    }
-    for (int i = 0; i < DORMANT_SETS; i++) {
-        struct rec *next;
-        for (struct rec *r = dormant_sets[i].n ? sets[dormant_sets[i].epfd] : NULL; r; r = next) {
-            next = r->next;
-            if (r->dormant && (unsigned)r->fd >= first && (unsigned)r->fd <= last)
-                drop_dormant(r);
-        }
-    }
+    end_dormant(first, last, false);
     pthread_mutex_unlock(&lock);
 }
 
@@ -483,14 +490,7 @@ void vs_epoll_fork_parent(void)
 void vs_epoll_fork_child(void)
 {
     pthread_mutex_init(&lock, NULL);
-    for (int i = 0; i < DORMANT_SETS; i++) {
-        struct rec *next;
-        for (struct rec *r = dormant_sets[i].n ? sets[dormant_sets[i].epfd] : NULL; r; r = next) {
-            next = r->next;
-            if (r->dormant)
-                rec_unlink(r);
-        }
-    }
+    end_dormant(0, ~0u, true);
 }
 
 void vs_epoll_watched(int fd)

@@ -280,7 +280,7 @@ static int attach_tx_ring(struct vs_shm_conn *c, int memfd)
  * hang-up) is the peer closing a short connection, not a fault to report. */
 static void decline(struct vs_shm_conn *c, const char *reason)
 {
-    if (strcmp(reason, "peer-closed") != 0 && vs_shm_diag_inode(&c->peer, &c->local) == 0)
+    if (vs_shm_diag_inode(&c->peer, &c->local) == 0)
         reason = "peer-closed";
     if (c->chan >= 0)
         vs_shm_send_msg(c, VS_MSG_DECLINE, 0, 0);

@@ -175,6 +175,14 @@ static bool rx_ring_phase(struct vs_shm_conn *c)
            (atomic_load(&c->rx_switch_known) && c->tcp_rx == c->rx_switch_at);
 }
 
+/* The send side can go on: room in the tx ring, its reader gone, or the
+ * peer dead (writable like a kernel socket, so that the next write learns
+ * it: EPIPE). */
+static bool tx_ring_room(struct vs_shm_conn *c)
+{
+    return vs_shm_ring_ready(&c->tx, false) || vs_shm_peer_gone(c);
+}
+
 bool vs_shm_translated(struct vs_sock *s)
 {
     return s->shm && vs_shm_active(s->shm);
@@ -250,10 +258,7 @@ unsigned vs_shm_poll(struct vs_sock *s, int fd, unsigned interest, int tcp_reven
             atomic_store(&c->tcp_data_seen, true);
     }
     if (tx_ring) {
-        /* A dead peer: writable, like a kernel socket, so that the next
-         * write learns it (EPIPE). */
-        if (vs_ring_writable(&c->tx) != 0 || vs_ring_peer_closed(&c->tx) ||
-            atomic_load(&c->tx_revert_pending) || vs_shm_peer_gone(c))
+        if (tx_ring_room(c) || atomic_load(&c->tx_revert_pending))
             m |= POLLOUT;
         if (tcp & (POLLRDHUP | POLLHUP | POLLERR))
             atomic_store(&c->tcp_event, true);
@@ -275,8 +280,7 @@ unsigned vs_shm_poll_rings(struct vs_sock *s, unsigned interest)
         else if (vs_ring_readable(&c->rx) != 0)
             m |= POLLIN;
     }
-    if ((interest & POLLOUT) && vs_shm_tx_on_ring(c) &&
-        (vs_shm_ring_ready(&c->tx, false) || vs_shm_peer_gone(c)))
+    if ((interest & POLLOUT) && vs_shm_tx_on_ring(c) && tx_ring_room(c))
         m |= POLLOUT;
     return m & interest;
 }
