@@ -25,12 +25,25 @@
  * so does the fd's close (vs_epoll_fd_closing): once the number is gone, a
  * registration could no longer be deleted, and a dup of the socket would
  * keep it alive. Dormancy is used in a few sets at a time (DORMANT_SETS),
- * so that a close only looks at those. */
+ * so that a close only looks at those.
+ *
+ * A server holds many idle connections and a few busy ones: a wait must
+ * cost the busy ones, not all of them. A record with nothing to report for
+ * COOL_NS goes *cold*: out of the scans, armed for good, it hears of news
+ * only from the kernel (the peer rings the side channel on its next write).
+ * Its first kernel event makes it hot again. Whoever else reads that side
+ * channel (a send on a full ring, another thread, another set) consumed the
+ * news: it marks the record kicked and writes the process's kick eventfd,
+ * registered edge-triggered in every set with cold records and never read,
+ * so that each write wakes every such set (a reset would race). A set that
+ * hears it warms its kicked records. Only a connection held by one process
+ * goes cold (a fork warms them all), and only in one set at a time. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -47,6 +60,7 @@
 #define WATCH_TAG 1ul
 #define HASH_BUCKETS 65536u
 #define DORMANT_SETS 8
+#define COOL_NS 1000000L /* quiet this long: cold */
 #define USER_FLAGS (EPOLLET | EPOLLONESHOT | EPOLLEXCLUSIVE | EPOLLWAKEUP)
 
 struct rec {
@@ -61,7 +75,10 @@ struct rec {
     uint32_t kev;  /* events of the TCP fd's kernel registration */
     bool disabled; /* EPOLLONESHOT fired, or dormant */
     bool dormant;  /* deleted by the user; kernel registrations kept */
-    unsigned perm; /* armed for good (nested set): what vs_shm_arm() returned */
+    unsigned perm; /* armed for good (nested set, cold): what vs_shm_arm() returned */
+    bool cold;     /* in the set's cold list: see the top of this file */
+    _Atomic bool kicked; /* cold, and its news was read elsewhere */
+    long quiet_since;    /* when it last had something to report */
     uint64_t rx_mark, tx_mark, round;
     int out_idx;
     struct rec *next, *prev; /* in the set's list */
@@ -73,7 +90,11 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static char *region;
 static size_t region_used;
 static struct rec *free_recs;
-static struct rec **sets;    /* per epoll fd: its records */
+static struct rec **sets;    /* per epoll fd: its records (hot ones) */
+static struct rec **colds;   /* per epoll fd: its cold records */
+static _Atomic int kick_fd = -1;
+static bool kick_in[MAX_EPFD]; /* kick_fd is in this kernel set */
+static unsigned cold_count;
 static struct rec **buckets; /* by (epoll fd, fd) */
 static bool nested[MAX_EPFD];
 static uint64_t rounds;
@@ -94,17 +115,25 @@ static bool setup(void)
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     void *b = mmap(NULL, HASH_BUCKETS * sizeof(*buckets), PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (r == MAP_FAILED || s == MAP_FAILED || b == MAP_FAILED) {
+    void *c = mmap(NULL, MAX_EPFD * sizeof(*colds), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (r == MAP_FAILED || s == MAP_FAILED || b == MAP_FAILED || c == MAP_FAILED) {
         if (r != MAP_FAILED)
             munmap(r, REGION_SIZE);
         if (s != MAP_FAILED)
             munmap(s, MAX_EPFD * sizeof(*sets));
         if (b != MAP_FAILED)
             munmap(b, HASH_BUCKETS * sizeof(*buckets));
+        if (c != MAP_FAILED)
+            munmap(c, MAX_EPFD * sizeof(*colds));
         return false;
     }
     sets = s;
+    colds = c;
     buckets = b;
+    /* The region's first slot is never a record: its address tags the
+     * kick eventfd in the kernel sets. */
+    region_used = sizeof(struct rec);
     region = r;
     return true;
 }
@@ -132,13 +161,40 @@ static struct rec **bucket(int epfd, int fd)
     return &buckets[(h ^ h >> 16) % HASH_BUCKETS];
 }
 
-static void rec_link(struct rec *r)
+/* The list R is in: its set's hot or cold records. */
+static struct rec **list_of(const struct rec *r)
 {
+    return r->cold ? &colds[r->epfd] : &sets[r->epfd];
+}
+
+static void list_push(struct rec *r)
+{
+    struct rec **head = list_of(r);
     r->prev = NULL;
-    r->next = sets[r->epfd];
+    r->next = *head;
     if (r->next)
         r->next->prev = r;
-    sets[r->epfd] = r;
+    *head = r;
+}
+
+static void list_remove(struct rec *r)
+{
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        *list_of(r) = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
+}
+
+static bool has_records(int epfd)
+{
+    return sets && (sets[epfd] || colds[epfd]);
+}
+
+static void rec_link(struct rec *r)
+{
+    list_push(r);
     struct rec **b = bucket(r->epfd, r->fd);
     r->hnext = *b;
     *b = r;
@@ -181,12 +237,9 @@ static void wake_dormant(struct rec *r)
 static void rec_unlink(struct rec *r)
 {
     wake_dormant(r);
-    if (r->prev)
-        r->prev->next = r->next;
-    else
-        sets[r->epfd] = r->next;
-    if (r->next)
-        r->next->prev = r->prev;
+    list_remove(r);
+    if (r->cold)
+        cold_count--;
     for (struct rec **p = bucket(r->epfd, r->fd); *p; p = &(*p)->hnext)
         if (*p == r) {
             *p = r->hnext;
@@ -207,13 +260,20 @@ static struct rec *find(int epfd, int fd)
     return NULL;
 }
 
-enum tag { TAG_USER, TAG_REC, TAG_DEAD };
+enum tag { TAG_USER, TAG_REC, TAG_DEAD, TAG_KICK };
+
+static uint64_t kick_tag(void)
+{
+    return (uint64_t)(uintptr_t)region;
+}
 
 /* What a value from the kernel is: the user's own data, one of our records
  * (*R), or a record dropped meanwhile (its other registration fired in the
  * same batch, or could not be deleted): never the user's, never reported. */
 static enum tag untag(uint64_t v, int epfd, struct rec **r, bool *watch)
 {
+    if (region && v == kick_tag())
+        return TAG_KICK;
     if (!region || v < (uint64_t)(uintptr_t)region ||
         v >= (uint64_t)(uintptr_t)region + region_used)
         return TAG_USER;
@@ -283,12 +343,137 @@ static void perm_arm(struct vs_sock *s, struct rec *r)
     r->perm = nested[r->epfd] && !r->disabled ? vs_shm_arm(s, interest(r)) : 0;
 }
 
+/* --- cold records: see the top of this file --- */
+
+/* Makes R hot again. S: its socket, or NULL when it is gone. */
+static void warm(struct rec *r, struct vs_sock *s)
+{
+    if (!r->cold)
+        return;
+    list_remove(r);
+    r->cold = false;
+    list_push(r);
+    cold_count--;
+    if (s) {
+        vs_shm_cold_detach(s, r);
+        vs_shm_disarm(s, r->perm);
+    }
+    r->perm = 0;
+    atomic_store(&r->kicked, false);
+    r->quiet_since = vs_shm_now_ns();
+}
+
+/* The kick eventfd is in EPFD's kernel set (edge-triggered, never read). */
+static bool kick_ready(int epfd)
+{
+    if (kick_in[epfd])
+        return true;
+    int k = atomic_load(&kick_fd);
+    if (k < 0) {
+        k = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (k < 0)
+            return false;
+        atomic_store(&kick_fd, k);
+    }
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLET, .data.u64 = kick_tag()};
+    if (vs_real.epoll_ctl(epfd, EPOLL_CTL_ADD, k, &ev) < 0 && errno != EEXIST)
+        return false;
+    kick_in[epfd] = true;
+    return true;
+}
+
+/* R, hot and quiet since COOL_NS, goes cold if it may. */
+static void cool(struct vs_sock *s, struct rec *r, long now)
+{
+    unsigned in = interest(r);
+    unsigned need = (in & (EPOLLIN | EPOLLPRI | EPOLLRDHUP) ? POLLIN : 0) | (in & EPOLLOUT);
+    r->quiet_since = now; /* refused: not again before COOL_NS */
+    if (!need || r->disabled || r->perm || nested[r->epfd] || !kick_ready(r->epfd))
+        return;
+    atomic_store(&r->kicked, false);
+    if (!vs_shm_cold_attach(s, r))
+        return;
+    /* Armed first, then looked: news from now on rings the side channel,
+     * and the peer rings it only for a ring we emptied. */
+    unsigned armed = vs_shm_arm(s, need);
+    bool covered = armed == need || (armed == (need & ~(unsigned)POLLIN) && vs_shm_rx_by_kernel(s));
+    if (!covered || r->gen != vs_shm_generation(s) || vs_shm_poll_rings(s, in)) {
+        vs_shm_disarm(s, armed);
+        vs_shm_cold_detach(s, r);
+        return;
+    }
+    list_remove(r);
+    r->cold = true;
+    r->perm = armed;
+    list_push(r);
+    cold_count++;
+}
+
+/* Warms the cold records of EPFD (KICKED_ONLY: those kicked); drops those
+ * whose socket is gone. */
+static void warm_set(int epfd, bool kicked_only)
+{
+    struct rec *next;
+    for (struct rec *r = colds[epfd]; r; r = next) {
+        next = r->next;
+        if (kicked_only && !atomic_load(&r->kicked))
+            continue;
+        struct vs_sock *s = rec_sock(r);
+        warm(r, s);
+        if (s)
+            vs_sock_put(s);
+        else
+            rec_unlink(r);
+    }
+}
+
+static void warm_all(void)
+{
+    for (int epfd = 0; cold_count && epfd < MAX_EPFD; epfd++)
+        if (colds[epfd])
+            warm_set(epfd, false);
+}
+
+static void kick_all(void)
+{
+    int k = atomic_load(&kick_fd);
+    uint64_t one = 1;
+    if (k >= 0)
+        (void)vs_real.write(k, &one, sizeof(one));
+}
+
+void vs_epoll_kick(void *rec)
+{
+    atomic_store(&((struct rec *)rec)->kicked, true);
+    kick_all();
+}
+
+/* FD, about to be closed: a cold record of it goes hot (and is dropped by
+ * the next scan); if FD is the kick eventfd, every cold record goes hot. */
+static void cold_closing(int fd)
+{
+    if (fd == atomic_load(&kick_fd)) {
+        warm_all();
+        atomic_store(&kick_fd, -1);
+        memset(kick_in, 0, sizeof(kick_in));
+        return;
+    }
+    struct vs_sock *s = cold_count ? vs_fd_get(fd) : NULL;
+    if (!s)
+        return;
+    struct rec *r = vs_shm_cold_rec(s);
+    if (r && r->magic == REC_MAGIC && r->cold && r->sock == s && r->fd == fd)
+        warm(r, s);
+    vs_sock_put(s);
+}
+
 /* Forgets a record. S: the socket, still open, whose registrations the
  * user asked to delete; NULL when the fd was closed (the kernel dropped the
  * registrations itself, and the numbers may already name other files). */
 static void rec_drop(struct rec *r, struct vs_sock *s)
 {
     if (s) {
+        warm(r, s);
         if (r->perm)
             vs_shm_disarm(s, r->perm);
         vs_real.epoll_ctl(r->epfd, EPOLL_CTL_DEL, r->fd, NULL);
@@ -306,6 +491,7 @@ static int ctl_modify(struct vs_sock *s, struct rec *r, const struct epoll_event
     r->data = event->data;
     r->disabled = false;
     r->rx_mark = r->tx_mark = 0;
+    r->quiet_since = vs_shm_now_ns();
     sync_kernel(s, r, true);
     perm_arm(s, r);
     return 0;
@@ -314,6 +500,8 @@ static int ctl_modify(struct vs_sock *s, struct rec *r, const struct epoll_event
 static int ctl_record(int epfd, int op, int fd, struct epoll_event *event, struct vs_sock *s)
 {
     struct rec *r = find(epfd, fd);
+    if (r)
+        warm(r, s);
     if (r && r->dormant) {
         if (op != EPOLL_CTL_ADD) {
             errno = ENOENT;
@@ -345,6 +533,7 @@ static int ctl_record(int epfd, int op, int fd, struct epoll_event *event, struc
         r->serial = s->serial;
         r->events = event->events;
         r->data = event->data;
+        r->quiet_since = vs_shm_now_ns();
         struct epoll_event ev = {.events = tcp_events(s, r), .data.u64 = (uint64_t)(uintptr_t)r};
         if (vs_real.epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
             int err = errno;
@@ -397,6 +586,7 @@ static void mark_nested(int fd)
     pthread_mutex_lock(&lock);
     if (setup() && !nested[fd]) {
         nested[fd] = true;
+        warm_set(fd, false);
         for (struct rec *r = sets[fd]; r; r = r->next) {
             struct vs_sock *s = rec_sock(r);
             if (s) {
@@ -421,18 +611,33 @@ static void drop_dormant(struct rec *r)
  * somebody else's). */
 static void forget_set(int epfd)
 {
+    while (sets && colds[epfd]) {
+        struct rec *r = colds[epfd];
+        struct vs_sock *s = rec_sock(r);
+        if (s) { /* armed in the rings: only we can withdraw it */
+            warm(r, s);
+            vs_sock_put(s);
+        }
+        rec_unlink(r);
+    }
     while (sets && sets[epfd])
         rec_unlink(sets[epfd]);
     nested[epfd] = false;
+    kick_in[epfd] = false;
 }
 
 void vs_epoll_fd_closing(int fd)
 {
     /* An epoll fd: its records go with it. (Read without the lock: a set
      * being filled by another thread while we close it is the user's race.) */
-    if (fd >= 0 && fd < MAX_EPFD && sets && sets[fd]) {
+    if (fd >= 0 && fd < MAX_EPFD && has_records(fd)) {
         pthread_mutex_lock(&lock);
         forget_set(fd);
+        pthread_mutex_unlock(&lock);
+    }
+    if (cold_count || fd == atomic_load(&kick_fd)) {
+        pthread_mutex_lock(&lock);
+        cold_closing(fd);
         pthread_mutex_unlock(&lock);
     }
     if (!atomic_load(&dormant_total))
@@ -467,9 +672,12 @@ static void end_dormant(unsigned first, unsigned last, bool forget)
 void vs_epoll_range_closing(unsigned first, unsigned last)
 {
     pthread_mutex_lock(&lock);
-    for (unsigned fd = first; sets && fd <= last && fd < MAX_EPFD; fd++)
-        if (sets[fd])
+    for (unsigned fd = first; sets && fd <= last && fd < MAX_EPFD; fd++) {
+        if (has_records((int)fd))
             forget_set((int)fd);
+        if (cold_count || (int)fd == atomic_load(&kick_fd))
+            cold_closing((int)fd);
+    }
     end_dormant(first, last, false);
     pthread_mutex_unlock(&lock);
 }
@@ -479,8 +687,14 @@ void vs_epoll_fork_prepare(void)
     pthread_mutex_lock(&lock);
 }
 
+/* The child holds every connection too: none may stay cold (the child
+ * could read a side channel). Threads asleep on cold records look again. */
 void vs_epoll_fork_parent(void)
 {
+    if (cold_count) {
+        warm_all();
+        kick_all();
+    }
     pthread_mutex_unlock(&lock);
 }
 
@@ -491,12 +705,23 @@ void vs_epoll_fork_child(void)
 {
     pthread_mutex_init(&lock, NULL);
     end_dormant(0, ~0u, true);
+    /* The parent withdraws its cold records' arming; the child's copies
+     * only go back to the scans. */
+    for (int epfd = 0; cold_count && epfd < MAX_EPFD; epfd++)
+        while (colds[epfd]) {
+            struct rec *r = colds[epfd];
+            list_remove(r);
+            r->cold = false;
+            r->perm = 0;
+            list_push(r);
+            cold_count--;
+        }
 }
 
 void vs_epoll_watched(int fd)
 {
     /* Cheap for poll: only a set that holds records needs it. */
-    if (fd >= 0 && fd < MAX_EPFD && !nested[fd] && sets && sets[fd])
+    if (fd >= 0 && fd < MAX_EPFD && !nested[fd] && has_records(fd))
         mark_nested(fd);
 }
 
@@ -565,6 +790,8 @@ struct wait {
     struct epoll_event *out;
     int max, n;
     uint64_t round;
+    long now;
+    bool kicked; /* the kick eventfd fired */
 };
 
 static void report(struct wait *w, struct rec *r, unsigned m)
@@ -576,6 +803,7 @@ static void report(struct wait *w, struct rec *r, unsigned m)
     if (w->n >= w->max)
         return;
     r->round = w->round;
+    r->quiet_since = w->now;
     r->out_idx = w->n;
     w->out[w->n++] = (struct epoll_event){.events = m, .data = r->data};
     if (r->events & EPOLLONESHOT) {
@@ -610,7 +838,9 @@ static void translate(struct wait *w, const struct epoll_event *kev, int n)
         bool watch = false;
         struct rec *r = NULL;
         enum tag tag = untag(kev[i].data.u64, w->epfd, &r, &watch);
-        if (tag == TAG_DEAD)
+        if (tag == TAG_KICK)
+            w->kicked = true;
+        if (tag == TAG_DEAD || tag == TAG_KICK)
             continue;
         if (tag == TAG_USER) {
             if (w->n < w->max)
@@ -622,6 +852,7 @@ static void translate(struct wait *w, const struct epoll_event *kev, int n)
             rec_drop(r, NULL);
             continue;
         }
+        warm(r, s);
         if (r->dormant) {
             rec_drop(r, s); /* now for real: it will not wake us again */
             vs_sock_put(s);
@@ -666,6 +897,8 @@ static void scan(struct wait *w, bool sync)
         unsigned m = vs_shm_poll_rings(s, interest(r));
         if (m && (m = edges(s, r, m, 0)))
             report(w, r, m);
+        else if (sync && w->now - r->quiet_since >= COOL_NS)
+            cool(s, r, w->now);
         vs_sock_put(s);
     }
 }
@@ -762,6 +995,7 @@ static int wait_translated(int epfd, struct epoll_event *events, int max, long t
             left = 0;
         pthread_mutex_lock(&lock);
         w.round = ++rounds;
+        w.now = vs_shm_now_ns();
         w.n = 0;
         scan(&w, true);
         if (w.n == 0 && left != 0) {
@@ -780,6 +1014,11 @@ static int wait_translated(int epfd, struct epoll_event *events, int max, long t
         disarm_all(&a);
         if (n > 0)
             translate(&w, kev, n);
+        if (w.kicked) {
+            w.kicked = false;
+            warm_set(epfd, true);
+            scan(&w, false);
+        }
         pthread_mutex_unlock(&lock);
         if (w.n > 0) {
             result = w.n;
@@ -805,7 +1044,7 @@ static int do_wait(int epfd, struct epoll_event *events, int max, long timeout_n
     bool have = false;
     if (epfd >= 0 && epfd < MAX_EPFD && events && max > 0) {
         pthread_mutex_lock(&lock);
-        have = sets && sets[epfd];
+        have = has_records(epfd);
         pthread_mutex_unlock(&lock);
     }
     if (!have) {

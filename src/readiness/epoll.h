@@ -11,6 +11,10 @@ void vs_epoll_fd_closing(int fd);
 /* The same for every fd in [FIRST, LAST] (close_range, closefrom). */
 void vs_epoll_range_closing(unsigned first, unsigned last);
 
+/* A cold record's news was read by somebody else (see epoll.c): its set
+ * must look at it. Any thread, any lock held; REC may be stale. */
+void vs_epoll_kick(void *rec);
+
 /* fork: the records' lock is held across it; the child forgets its
  * dormant records (the kernel sets are shared with the parent). */
 void vs_epoll_fork_prepare(void);

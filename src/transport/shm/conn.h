@@ -69,6 +69,10 @@ struct vs_shm_conn {
     _Atomic bool tcp_event;
     /* Threads (of every holder) asleep in a blocking call on this connection. */
     _Atomic int sleepers;
+    /* The one epoll record (epoll.c) that hears of this connection only
+     * through the side channel, or NULL. Only while one process holds the
+     * connection: whoever else reads the channel must pass the news on. */
+    void *_Atomic cold_rec;
 
     struct vs_shm_conn *next, *prev; /* this process's list (conn.c) */
 };

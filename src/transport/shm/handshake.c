@@ -21,6 +21,7 @@
 
 #include "config/log.h"
 #include "interpose/real.h"
+#include "readiness/epoll.h"
 #include "transport/shm/conn.h"
 #include "transport/shm/proto.h"
 #include "transport/shm/shm.h"
@@ -470,6 +471,10 @@ static int drain_data(struct vs_shm_conn *c)
     int n = vs_real.recvmmsg(c->chan, mh, BATCH, MSG_DONTWAIT, NULL);
     if (n < 0)
         return 0;
+    /* These messages were a cold epoll record's only news: pass it on. */
+    void *cold = atomic_load(&c->cold_rec);
+    if (cold)
+        vs_epoll_kick(cold);
     for (int i = 0; i < n; i++) {
         if (mh[i].msg_len == 0) { /* the peer hung up: TCP will say how */
             close_fd(&c->chan);

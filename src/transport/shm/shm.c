@@ -309,6 +309,33 @@ bool vs_shm_shared_wait(struct vs_sock *s)
     return atomic_load(&s->shm->sleepers) > 1;
 }
 
+bool vs_shm_cold_attach(struct vs_sock *s, void *rec)
+{
+    struct vs_shm_conn *c = s->shm;
+    void *none = NULL;
+    return vs_shm_done(c) && c->chan >= 0 && atomic_load(&c->holders) == 1 &&
+           atomic_compare_exchange_strong(&c->cold_rec, &none, rec);
+}
+
+void vs_shm_cold_detach(struct vs_sock *s, void *rec)
+{
+    atomic_compare_exchange_strong(&s->shm->cold_rec, &rec, NULL);
+}
+
+void *vs_shm_cold_rec(struct vs_sock *s)
+{
+    return s->shm ? atomic_load(&s->shm->cold_rec) : NULL;
+}
+
+bool vs_shm_rx_by_kernel(struct vs_sock *s)
+{
+    struct vs_shm_conn *c = s->shm;
+    /* Not while TCP bytes before a known switch point remain: reading them
+     * (a local act) puts the ring's bytes next. */
+    return !rx_ring_phase(c) &&
+           (!atomic_load(&c->rx_switch_known) || atomic_load(&c->rx_back_on_tcp));
+}
+
 void vs_shm_disarm(struct vs_sock *s, unsigned armed)
 {
     struct vs_shm_conn *c = s->shm;

@@ -61,6 +61,16 @@ bool vs_shm_shared_wait(struct vs_sock *s);
  * another thread of its process read (known limit, see the design doc)
  * looks again by then. Costs 20 wake-ups a second while idle. */
 #define VS_SHM_SLICE_NS 50000000L
+/* epoll.c's cold records: REC hears of the connection's news only through
+ * its side channel (armed for good). False when it may not: the handshake
+ * is not over, another process holds the connection too (fork), or another
+ * record is cold on it. */
+bool vs_shm_cold_attach(struct vs_sock *s, void *rec);
+void vs_shm_cold_detach(struct vs_sock *s, void *rec);
+void *vs_shm_cold_rec(struct vs_sock *s);
+/* The receive side is not on the ring, and only TCP or a side-channel
+ * message (kernel-visible both) can change that. */
+bool vs_shm_rx_by_kernel(struct vs_sock *s);
 /* Withdraws what vs_shm_arm() returned. */
 void vs_shm_disarm(struct vs_sock *s, unsigned armed);
 /* Keeps what vs_shm_arm() returned armed for one more wake-up. */
