@@ -70,13 +70,13 @@ struct rec {
     uint64_t serial;
     uint32_t events; /* the user's, flags included */
     epoll_data_t data;
-    unsigned gen;  /* vs_shm_generation() the kernel registrations follow */
-    int watch;     /* watch fd registered in the kernel set, or -1 */
-    uint32_t kev;  /* events of the TCP fd's kernel registration */
-    bool disabled; /* EPOLLONESHOT fired, or dormant */
-    bool dormant;  /* deleted by the user; kernel registrations kept */
-    unsigned perm; /* armed for good (nested set, cold): what vs_shm_arm() returned */
-    bool cold;     /* in the set's cold list: see the top of this file */
+    unsigned gen;        /* vs_shm_generation() the kernel registrations follow */
+    int watch;           /* watch fd registered in the kernel set, or -1 */
+    uint32_t kev;        /* events of the TCP fd's kernel registration */
+    bool disabled;       /* EPOLLONESHOT fired, or dormant */
+    bool dormant;        /* deleted by the user; kernel registrations kept */
+    unsigned perm;       /* armed for good (nested set, cold): what vs_shm_arm() returned */
+    bool cold;           /* in the set's cold list: see the top of this file */
     _Atomic bool kicked; /* cold, and its news was read elsewhere */
     long quiet_since;    /* when it last had something to report */
     uint64_t rx_mark, tx_mark, round;
@@ -90,8 +90,8 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static char *region;
 static size_t region_used;
 static struct rec *free_recs;
-static struct rec **sets;    /* per epoll fd: its records (hot ones) */
-static struct rec **colds;   /* per epoll fd: its cold records */
+static struct rec **sets;  /* per epoll fd: its records (hot ones) */
+static struct rec **colds; /* per epoll fd: its cold records */
 static _Atomic int kick_fd = -1;
 static bool kick_in[MAX_EPFD]; /* kick_fd is in this kernel set */
 static unsigned cold_count;

@@ -1090,6 +1090,66 @@ def kernel_registrations(ep) -> int:
         return f.read().count("tfd:")
 
 
+def voluntary_switches() -> int:
+    with open("/proc/thread-self/status") as f:
+        return int(next(l for l in f if l.startswith("voluntary_ctxt_switches")).split()[1])
+
+
+@scenario("epoll_cold")
+def _(s, ctl):
+    """A quiet record goes cold (out of the scans, woken by the kernel; the
+    set then holds the kick eventfd too): an idle wait sleeps without naps,
+    the peer's data wakes it, and so does data whose wake-up our own send
+    on a full ring read off the side channel (the kick)."""
+    ep = select.epoll()
+    fd = s.fileno()
+    ep.register(fd, select.EPOLLIN)
+    expect(ep.poll(0.3) == [], "epoll: event with nothing sent")
+    regs = kernel_registrations(ep)
+    expect(regs == 3, f"{regs} kernel registrations after 0.3 s idle: expected the TCP fd, "
+                      "the side channel and the kick eventfd (a cold record)")
+    before, t = voluntary_switches(), Timer()
+    expect(ep.poll(1.0) == [], "epoll: event while idle")
+    woke = voluntary_switches() - before
+    expect(t() >= 0.9, f"epoll.poll(1.0) returned after {t():.3f}s")
+    expect(woke <= 5, f"an idle 1 s epoll_wait woke {woke} times")
+    ctl.sync("send1")
+    t = Timer()
+    ev = ep.poll(10)
+    expect(ev == [(fd, select.EPOLLIN)], f"cold record, peer sent: {ev}")
+    expect(t() < 3, f"cold record: news after {t():.3f}s")
+    expect(recv_exact(s, 100) == data(181, 100), "data wrong")
+    s.setblocking(False)
+    sent = 0
+    while True:
+        try:
+            sent += s.send(b"x" * 65536)
+        except BlockingIOError:
+            break
+    expect(ep.poll(0.3) == [], "epoll: event with nothing sent (tx full)")
+    ctl.sync("send2")
+    time.sleep(0.5)  # the data is in our ring, its wake-up on the side channel
+    try:
+        s.send(b"y")
+        expect(False, f"send on a full ring ({sent} bytes unread) succeeded")
+    except BlockingIOError:
+        pass
+    t = Timer()
+    ev = ep.poll(10)
+    expect(ev == [(fd, select.EPOLLIN)], f"cold record, wake-up read by send: {ev}")
+    expect(t() < 3, f"cold record, wake-up read by send: news after {t():.3f}s")
+    expect(recv_exact(s, 100) == data(182, 100), "data wrong")
+    ep.close()
+    ctl.sync("done")
+    return {"idle_wakeups": woke}
+
+
+@_.b
+def _(s, ctl):
+    return b_sends_on_request(s, ctl, [("send1", data(181, 100), 0.2),
+                                       ("send2", data(182, 100), 0.0)])
+
+
 @scenario("epoll_del_fork")
 def _(s, ctl):
     """Deleted, then a child is forked and exits: the kernel set is shared,
