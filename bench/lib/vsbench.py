@@ -487,8 +487,22 @@ def iperf3_tcp(procs: Procs, runner: Runner, seconds: float = 3, tool: Optional[
         srv.stop(signal.SIGTERM)
 
 
+def hold_idle_redis_clients(procs: Procs, runner: Runner, port: int, n: int) -> Proc:
+    """N idle connections to the redis server on PORT (bench/lib/redis_idle.py)."""
+    holder = procs.start("redis-idle", [sys.executable, Path(__file__).with_name("redis_idle.py"),
+                                        n, port], runner)
+    deadline = time.monotonic() + 120
+    while f"held {n}" not in holder.stdout():
+        if not holder.alive() or time.monotonic() > deadline:
+            raise BenchError(f"the {n} idle redis clients never settled: {holder.describe()}")
+        time.sleep(0.1)
+    return holder
+
+
 def redis(procs: Procs, runner: Runner, requests: int = 100000, clients: int = 50,
-          tool: Optional[Path] = None, workdir: Optional[Path] = None) -> dict:
+          tool: Optional[Path] = None, workdir: Optional[Path] = None, idle: int = 0) -> dict:
+    """redis-benchmark SET and GET; IDLE more connections stay open and quiet
+    meanwhile (the server's keep-alive crowd)."""
     rs, rb = require("redis-server"), require("redis-benchmark")
     port = free_port()
     wd = Path(tempfile.mkdtemp(prefix="vsbench-redis-", dir=workdir))
@@ -498,6 +512,7 @@ def redis(procs: Procs, runner: Runner, requests: int = 100000, clients: int = 5
                                            "--protected-mode", "no"], runner)
         try:
             wait_listening(port, "tcp", srv)
+            holder = hold_idle_redis_clients(procs, runner, port, idle) if idle else None
             cli = procs.run("redis-benchmark", [rb, "-h", "127.0.0.1", "-p", port, "-t", "set,get",
                                                 "-n", requests, "-c", clients, "-d", 64, "--csv"],
                             runner, timeout=120)
@@ -505,6 +520,8 @@ def redis(procs: Procs, runner: Runner, requests: int = 100000, clients: int = 5
             if "SET" not in res or "GET" not in res:
                 raise BenchError(f"redis-benchmark lacks SET/GET: {res}")
             res["stat"] = _server_stat(tool, runner, srv, "tcp")
+            if holder:
+                holder.stop(signal.SIGKILL)
             return res
         finally:
             srv.stop(signal.SIGTERM)

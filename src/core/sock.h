@@ -28,6 +28,9 @@ struct vs_sock {
     /* Put into an epoll set before it could be upgraded: never upgrade it,
      * the kernel registration would not follow. */
     _Atomic bool in_epoll_plain;
+    /* One of its fds was closed: no epoll record of it goes cold any more
+     * (readiness/epoll.c; its record could outlive the number). */
+    _Atomic bool no_cold;
     int shm_shown; /* the handshake state the statistics show (transport/shm) */
     /* Unique per socket ever created in this process: tells a socket from a
      * later one that reuses this object (readiness keeps fd -> socket

@@ -72,6 +72,7 @@ struct rec {
     epoll_data_t data;
     unsigned gen;        /* vs_shm_generation() the kernel registrations follow */
     int watch;           /* watch fd registered in the kernel set, or -1 */
+    bool watch_own;      /* registered by this record (not a dup's: EEXIST) */
     uint32_t kev;        /* events of the TCP fd's kernel registration */
     bool disabled;       /* EPOLLONESHOT fired, or dormant */
     bool dormant;        /* deleted by the user; kernel registrations kept */
@@ -328,8 +329,8 @@ static void sync_kernel(struct vs_sock *s, struct rec *r, bool rearm)
     if (w != r->watch) {
         struct epoll_event wev = {.events = EPOLLIN,
                                   .data.u64 = (uint64_t)(uintptr_t)r | WATCH_TAG};
-        bool ok =
-            w >= 0 && (vs_real.epoll_ctl(r->epfd, EPOLL_CTL_ADD, w, &wev) == 0 || errno == EEXIST);
+        r->watch_own = w >= 0 && vs_real.epoll_ctl(r->epfd, EPOLL_CTL_ADD, w, &wev) == 0;
+        bool ok = r->watch_own || (w >= 0 && errno == EEXIST);
         r->watch = ok ? w : -1;
     }
     r->gen = vs_shm_generation(s);
@@ -388,7 +389,10 @@ static void cool(struct vs_sock *s, struct rec *r, long now)
     unsigned in = interest(r);
     unsigned need = (in & (EPOLLIN | EPOLLPRI | EPOLLRDHUP) ? POLLIN : 0) | (in & EPOLLOUT);
     r->quiet_since = now; /* refused: not again before COOL_NS */
-    if (!need || r->disabled || r->perm || nested[r->epfd] || !kick_ready(r->epfd))
+    /* Its wake-ups must come tagged with this record: not through a dup's
+     * registration of the side channel, which the dup's delete takes away. */
+    if (!need || r->disabled || r->perm || nested[r->epfd] || !r->watch_own ||
+        atomic_load(&s->no_cold) || !kick_ready(r->epfd))
         return;
     atomic_store(&r->kicked, false);
     if (!vs_shm_cold_attach(s, r))
@@ -397,7 +401,13 @@ static void cool(struct vs_sock *s, struct rec *r, long now)
      * and the peer rings it only for a ring we emptied. */
     unsigned armed = vs_shm_arm(s, need);
     bool covered = armed == need || (armed == (need & ~(unsigned)POLLIN) && vs_shm_rx_by_kernel(s));
-    if (!covered || r->gen != vs_shm_generation(s) || vs_shm_poll_rings(s, in)) {
+    /* Nothing to report now. Edge-triggered, room to send is no news: the
+     * peer rings when it reads (the ring is armed). Unread bytes are not
+     * allowed: the peer rings only for a ring it saw empty. */
+    unsigned level = vs_shm_poll_rings(s, in);
+    if (r->events & EPOLLET)
+        level &= ~(unsigned)EPOLLOUT;
+    if (!covered || r->gen != vs_shm_generation(s) || level) {
         vs_shm_disarm(s, armed);
         vs_shm_cold_detach(s, r);
         return;
@@ -442,6 +452,19 @@ static void kick_all(void)
         (void)vs_real.write(k, &one, sizeof(one));
 }
 
+/* FD is a socket with a shm connection: none of its records may go cold
+ * from now on. */
+static bool forbid_cold(int fd)
+{
+    struct vs_sock *s = vs_fd_get(fd);
+    bool shm = s && s->shm;
+    if (shm)
+        atomic_store(&s->no_cold, true);
+    if (s)
+        vs_sock_put(s);
+    return shm;
+}
+
 void vs_epoll_kick(void *rec)
 {
     atomic_store(&((struct rec *)rec)->kicked, true);
@@ -449,7 +472,8 @@ void vs_epoll_kick(void *rec)
 }
 
 /* FD, about to be closed: a cold record of it goes hot (and is dropped by
- * the next scan); if FD is the kick eventfd, every cold record goes hot. */
+ * the next scan); if FD is the kick eventfd, every cold record goes hot.
+ * The socket's no_cold is already set (forbid_cold). */
 static void cold_closing(int fd)
 {
     if (fd == atomic_load(&kick_fd)) {
@@ -458,7 +482,7 @@ static void cold_closing(int fd)
         memset(kick_in, 0, sizeof(kick_in));
         return;
     }
-    struct vs_sock *s = cold_count ? vs_fd_get(fd) : NULL;
+    struct vs_sock *s = vs_fd_get(fd);
     if (!s)
         return;
     struct rec *r = vs_shm_cold_rec(s);
@@ -587,6 +611,9 @@ static void mark_nested(int fd)
     if (setup() && !nested[fd]) {
         nested[fd] = true;
         warm_set(fd, false);
+        /* an outer wait would wake for every kick */
+        if (kick_in[fd] && vs_real.epoll_ctl(fd, EPOLL_CTL_DEL, atomic_load(&kick_fd), NULL) == 0)
+            kick_in[fd] = false;
         for (struct rec *r = sets[fd]; r; r = r->next) {
             struct vs_sock *s = rec_sock(r);
             if (s) {
@@ -630,12 +657,13 @@ void vs_epoll_fd_closing(int fd)
 {
     /* An epoll fd: its records go with it. (Read without the lock: a set
      * being filled by another thread while we close it is the user's race.) */
-    if (fd >= 0 && fd < MAX_EPFD && has_records(fd)) {
+    if (fd >= 0 && fd < MAX_EPFD && (has_records(fd) || kick_in[fd])) {
         pthread_mutex_lock(&lock);
         forget_set(fd);
         pthread_mutex_unlock(&lock);
     }
-    if (cold_count || fd == atomic_load(&kick_fd)) {
+    /* Set before the lock: a record cooling after this sees it. */
+    if (forbid_cold(fd) || fd == atomic_load(&kick_fd)) {
         pthread_mutex_lock(&lock);
         cold_closing(fd);
         pthread_mutex_unlock(&lock);
@@ -673,9 +701,9 @@ void vs_epoll_range_closing(unsigned first, unsigned last)
 {
     pthread_mutex_lock(&lock);
     for (unsigned fd = first; sets && fd <= last && fd < MAX_EPFD; fd++) {
-        if (has_records((int)fd))
+        if (has_records((int)fd) || kick_in[fd])
             forget_set((int)fd);
-        if (cold_count || (int)fd == atomic_load(&kick_fd))
+        if (forbid_cold((int)fd) || (int)fd == atomic_load(&kick_fd))
             cold_closing((int)fd);
     }
     end_dormant(first, last, false);
@@ -1044,7 +1072,7 @@ static int do_wait(int epfd, struct epoll_event *events, int max, long timeout_n
     bool have = false;
     if (epfd >= 0 && epfd < MAX_EPFD && events && max > 0) {
         pthread_mutex_lock(&lock);
-        have = has_records(epfd);
+        have = has_records(epfd) || kick_in[epfd]; /* kicks are never the user's */
         pthread_mutex_unlock(&lock);
     }
     if (!have) {

@@ -529,7 +529,7 @@ def test_select_and_poll(family, api):
 
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("case", ["lt", "et", "oneshot", "rdhup", "two_sets", "del_readd",
-                                  "del_peerclose", "del_fork", "et_readd", "cold"])
+                                  "del_peerclose", "del_fork", "et_readd", "cold", "cold_et"])
 def test_epoll(family, case):
     # the *_splice peers take the connection back to TCP on purpose
     end = "kernel" if case in ("del_fork", "et_readd") else "shm"

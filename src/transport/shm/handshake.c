@@ -455,7 +455,8 @@ static void data_message(struct vs_shm_conn *c, const struct vs_shm_msg *m, int 
 
 /* Data phase: up to 16 messages in one system call (no descriptors are
  * expected any more; any sent are discarded by the kernel). 1 if the
- * channel may hold more. */
+ * channel may hold more, -1 if it read some (or the hang-up) and no more
+ * wait, 0 if it read nothing. */
 static int drain_data(struct vs_shm_conn *c)
 {
     enum { BATCH = 16 };
@@ -471,29 +472,42 @@ static int drain_data(struct vs_shm_conn *c)
     int n = vs_real.recvmmsg(c->chan, mh, BATCH, MSG_DONTWAIT, NULL);
     if (n < 0)
         return 0;
-    /* These messages were a cold epoll record's only news: pass it on. */
-    void *cold = atomic_load(&c->cold_rec);
-    if (cold)
-        vs_epoll_kick(cold);
     for (int i = 0; i < n; i++) {
         if (mh[i].msg_len == 0) { /* the peer hung up: TCP will say how */
             close_fd(&c->chan);
             atomic_fetch_add(&c->gen, 1);
-            return 0;
+            return -1;
         }
         if (mh[i].msg_len == sizeof(m[i]) && m[i].magic == VS_SHM_MAGIC &&
             m[i].version == VS_SHM_VERSION)
             data_message(c, &m[i], NULL, 0);
     }
-    return n == BATCH;
+    return n == BATCH ? 1 : n > 0 ? -1 : 0;
+}
+
+/* Messages were read: if they were a cold epoll record's only news, pass
+ * it on. After acting on them: cooling checks the generation after it
+ * publishes cold_rec, so one of the two sees the other. */
+static void pass_news_on(struct vs_shm_conn *c)
+{
+    void *cold = atomic_load(&c->cold_rec);
+    if (cold)
+        vs_epoll_kick(cold);
 }
 
 /* Reads every waiting message and acts on it. */
 static void drain(struct vs_shm_conn *c, int fd)
 {
+    bool any = false;
     if (atomic_load(&c->hs) == VS_HS_DONE) {
-        for (int budget = 4; budget > 0 && c->chan >= 0 && drain_data(c); budget--)
-            ;
+        for (int budget = 4; budget > 0 && c->chan >= 0; budget--) {
+            int got = drain_data(c);
+            any |= got != 0;
+            if (got <= 0)
+                break;
+        }
+        if (any)
+            pass_news_on(c);
         return;
     }
     for (int budget = 64; budget > 0 && c->chan >= 0; budget--) {
@@ -501,7 +515,8 @@ static void drain(struct vs_shm_conn *c, int fd)
         int fds[MAX_FDS], nfds = 0;
         int r = recv_msg(c->chan, &m, fds, &nfds);
         if (r == 0)
-            return;
+            break;
+        any = true;
         enum vs_shm_hs hs = (enum vs_shm_hs)atomic_load(&c->hs);
         if (r < 0) {
             if (hs == VS_HS_WAIT_HELLO)
@@ -511,7 +526,7 @@ static void drain(struct vs_shm_conn *c, int fd)
             else
                 decline(c, r == -2 ? "declined-by-peer" : "handshake-malformed");
             atomic_fetch_add(&c->gen, 1);
-            return;
+            break;
         }
         switch (hs) {
         case VS_HS_WAIT_HELLO:
@@ -526,11 +541,14 @@ static void drain(struct vs_shm_conn *c, int fd)
         case VS_HS_DONE:
             data_message(c, &m, fds, nfds);
             break;
-        default:
+        default: /* failed or not started: no epoll record is cold */
             close_fds(fds, nfds);
             return;
         }
     }
+    /* The handshake may have ended meanwhile, and a record gone cold. */
+    if (any)
+        pass_news_on(c);
 }
 
 void vs_shm_progress(struct vs_shm_conn *c, int fd)

@@ -1150,6 +1150,49 @@ def _(s, ctl):
                                        ("send2", data(182, 100), 0.0)])
 
 
+@scenario("epoll_cold_et")
+def _(s, ctl):
+    """Edge-triggered IN|OUT (nginx's registration) with room to send goes
+    cold too; the peer's data, then its reading what we sent, wake it."""
+    ep = select.epoll()
+    fd = s.fileno()
+    ep.register(fd, select.EPOLLIN | select.EPOLLOUT | select.EPOLLRDHUP | select.EPOLLET)
+    ev = ep.poll(1)
+    expect(ev == [(fd, select.EPOLLOUT)], f"ET IN|OUT at registration: {ev}")
+    expect(ep.poll(0.3) == [], "ET: event with no news")
+    regs = kernel_registrations(ep)
+    expect(regs == 3, f"{regs} kernel registrations after 0.3 s idle (ET IN|OUT): expected a "
+                      "cold record (the TCP fd, the side channel, the kick eventfd)")
+    ctl.sync("send1")
+    t = Timer()
+    ev = ep.poll(10)
+    expect(ev and ev[0][0] == fd and ev[0][1] & select.EPOLLIN, f"cold ET record, peer sent: {ev}")
+    expect(t() < 3, f"cold ET record: news after {t():.3f}s")
+    expect(recv_exact(s, 100) == data(191, 100), "data wrong")
+    expect(ep.poll(0.3) == [], "ET: event with no news (2)")
+    s.sendall(data(192, 100))
+    ctl.sync("read")
+    t = Timer()
+    ev = ep.poll(10)
+    expect(ev == [(fd, select.EPOLLOUT)], f"cold ET record, peer read: {ev}")
+    expect(t() < 3, f"cold ET record, peer read: news after {t():.3f}s")
+    ep.close()
+    ctl.sync("done")
+    return {}
+
+
+@_.b
+def _(s, ctl):
+    ctl.sync("send1")
+    time.sleep(0.2)
+    s.sendall(data(191, 100))
+    ctl.sync("read")
+    time.sleep(0.4)
+    expect(recv_exact(s, 100) == data(192, 100), "data wrong")
+    ctl.sync("done")
+    return {}
+
+
 @scenario("epoll_del_fork")
 def _(s, ctl):
     """Deleted, then a child is forked and exits: the kernel set is shared,
