@@ -529,10 +529,11 @@ def test_select_and_poll(family, api):
 
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("case", ["lt", "et", "oneshot", "rdhup", "two_sets", "del_readd",
-                                  "del_peerclose", "del_fork", "et_readd", "cold", "cold_et"])
+                                  "del_peerclose", "del_fork", "et_readd", "cold", "cold_et",
+                                  "out_after_leave"])
 def test_epoll(family, case):
     # the *_splice peers take the connection back to TCP on purpose
-    end = "kernel" if case in ("del_fork", "et_readd") else "shm"
+    end = "kernel" if case in ("del_fork", "et_readd", "out_after_leave") else "shm"
     need_results(run_pair(f"epoll_{case}", family, end_transport=end))
 
 

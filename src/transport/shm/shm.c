@@ -192,6 +192,9 @@ unsigned vs_shm_tcp_interest(struct vs_sock *s, unsigned user)
 {
     struct vs_shm_conn *c = s->shm;
     unsigned m = user & (POLLIN | POLLPRI | POLLOUT | POLLRDHUP);
+    /* Left the rings (exec, stdio, splice): TCP says everything again. */
+    if (!vs_shm_active(c))
+        return m;
     if (rx_ring_phase(c))
         m |= POLLIN | POLLRDHUP; /* end of stream, reset or REVERT */
     if (vs_shm_tx_on_ring(c))

@@ -1193,6 +1193,36 @@ def _(s, ctl):
     return {}
 
 
+@scenario("epoll_out_after_leave")
+def _(s, ctl):
+    """Our own splice takes a connection whose sends went to the ring back to
+    TCP: EPOLLOUT must still be reported (the kernel registration asks for
+    it again)."""
+    ep = select.epoll()
+    fd = s.fileno()
+    s.sendall(data(201, 100))
+    ep.register(fd, select.EPOLLOUT)
+    ev = ep.poll(1)
+    expect(ev == [(fd, select.EPOLLOUT)], f"EPOLLOUT on the ring: {ev}")
+    r, w = os.pipe()
+    os.write(w, data(202, 100))
+    expect(os.splice(r, fd, 100) == 100, "splice into the socket")
+    for i in range(2):
+        ev = ep.poll(1)
+        expect(ev == [(fd, select.EPOLLOUT)], f"EPOLLOUT after the splice (wait {i}): {ev}")
+    ctl.sync("done")
+    ep.close()
+    return {}
+
+
+@_.b
+def _(s, ctl):
+    expect(recv_exact(s, 200) == data(201, 100) + data(202, 100), "data wrong")
+    expect_eagain(lambda: s.recv(10, socket.MSG_DONTWAIT), "after the 200 bytes")
+    ctl.sync("done")
+    return {}
+
+
 @scenario("epoll_del_fork")
 def _(s, ctl):
     """Deleted, then a child is forked and exits: the kernel set is shared,
