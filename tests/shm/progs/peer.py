@@ -1183,9 +1183,7 @@ def _(s, ctl):
 
 @_.b
 def _(s, ctl):
-    ctl.sync("send1")
-    time.sleep(0.2)
-    s.sendall(data(191, 100))
+    b_sends_on_request(s, ctl, [("send1", data(191, 100), 0.2)], final=False)
     ctl.sync("read")
     time.sleep(0.4)
     expect(recv_exact(s, 100) == data(192, 100), "data wrong")
