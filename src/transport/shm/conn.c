@@ -122,7 +122,7 @@ void vs_shm_conn_fail(struct vs_shm_conn *c, const char *reason)
         c->fail_reason = reason;
     close_fd(&c->rendezvous);
     close_fd(&c->chan);
-    atomic_fetch_add(&c->gen, 1);
+    vs_shm_bump(c);
     atomic_store_explicit(&c->hs, VS_HS_FAILED, memory_order_release);
 }
 

@@ -15,6 +15,7 @@
 
 #include "memory/plock.h"
 #include "memory/ring.h"
+#include "readiness/epoll.h"
 
 enum vs_shm_hs {
     VS_HS_LISTEN,     /* connector: waiting for the accepter on the rendezvous */
@@ -97,6 +98,16 @@ int vs_shm_event_fd(struct vs_shm_conn *c);
 /* diag.c: the inode of the TCP socket with this exact 4-tuple, 0 if none. */
 uint64_t vs_shm_diag_inode(const struct sockaddr_storage *local,
                            const struct sockaddr_storage *peer);
+
+/* The connection's phase or the peer's state changed (c->gen): readiness
+ * must look again, a cold epoll record included (readiness/epoll.c). */
+static inline void vs_shm_bump(struct vs_shm_conn *c)
+{
+    atomic_fetch_add(&c->gen, 1);
+    void *cold = atomic_load(&c->cold_rec);
+    if (cold)
+        vs_epoll_kick(cold);
+}
 
 static inline bool vs_shm_active(struct vs_shm_conn *c)
 {

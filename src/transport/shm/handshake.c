@@ -291,7 +291,7 @@ static void decline(struct vs_shm_conn *c, const char *reason)
 
 static void finish(struct vs_shm_conn *c)
 {
-    atomic_fetch_add(&c->gen, 1);
+    vs_shm_bump(c);
     atomic_store_explicit(&c->hs, VS_HS_DONE, memory_order_release);
     vs_debug("shm: connection upgraded");
 }
@@ -316,7 +316,7 @@ static void accepter_connect(struct vs_shm_conn *c, int fd)
     struct vs_shm_msg m = make_msg(VS_MSG_HELLO, 0, (uint64_t)fd);
     if (send_with_fds(c, &m, NULL, 0) < 0)
         return decline(c, "no-resources");
-    atomic_fetch_add(&c->gen, 1);
+    vs_shm_bump(c);
     atomic_store(&c->hs, VS_HS_WAIT_ACK);
 }
 
@@ -332,7 +332,7 @@ static void connector_accept(struct vs_shm_conn *c)
         if (peer_uid_ok(chan)) {
             c->chan = chan;
             c->caller_deadline_ns = vs_shm_now_ns() + CALLER_PATIENCE_NS;
-            atomic_fetch_add(&c->gen, 1);
+            vs_shm_bump(c);
             atomic_store(&c->hs, VS_HS_WAIT_HELLO);
             return;
         }
@@ -351,7 +351,7 @@ static void connector_reject(struct vs_shm_conn *c, const char *why)
 {
     vs_info("shm: rendezvous caller rejected: %s", why);
     close_fd(&c->chan);
-    atomic_fetch_add(&c->gen, 1);
+    vs_shm_bump(c);
     atomic_store(&c->hs, VS_HS_LISTEN);
 }
 
@@ -434,7 +434,7 @@ static void data_message(struct vs_shm_conn *c, const struct vs_shm_msg *m, int 
         if (!atomic_load(&c->rx_switch_known)) {
             c->rx_switch_at = m->arg;
             atomic_store_explicit(&c->rx_switch_known, true, memory_order_release);
-            atomic_fetch_add(&c->gen, 1);
+            vs_shm_bump(c);
         }
         break;
     case VS_MSG_REVERT:
@@ -446,7 +446,7 @@ static void data_message(struct vs_shm_conn *c, const struct vs_shm_msg *m, int 
             c->tx_revert_consumed = m->arg;
             atomic_store_explicit(&c->tx_revert_pending, true, memory_order_release);
         }
-        atomic_fetch_add(&c->gen, 1);
+        vs_shm_bump(c);
         break;
     default: /* WAKE, or anything later versions add: nothing to do */
         break;
@@ -475,7 +475,7 @@ static int drain_data(struct vs_shm_conn *c)
     for (int i = 0; i < n; i++) {
         if (mh[i].msg_len == 0) { /* the peer hung up: TCP will say how */
             close_fd(&c->chan);
-            atomic_fetch_add(&c->gen, 1);
+            vs_shm_bump(c);
             return -1;
         }
         if (mh[i].msg_len == sizeof(m[i]) && m[i].magic == VS_SHM_MAGIC &&
@@ -485,9 +485,10 @@ static int drain_data(struct vs_shm_conn *c)
     return n == BATCH ? 1 : n > 0 ? -1 : 0;
 }
 
-/* Messages were read: if they were a cold epoll record's only news, pass
- * it on. After acting on them: cooling checks the generation after it
- * publishes cold_rec, so one of the two sees the other. */
+/* Messages were read: if they were a cold epoll record's only news (a
+ * WAKE changes no generation), pass it on. After acting on them: cooling
+ * checks the generation after it publishes cold_rec, so one of the two
+ * sees the other. */
 static void pass_news_on(struct vs_shm_conn *c)
 {
     void *cold = atomic_load(&c->cold_rec);
@@ -525,7 +526,7 @@ static void drain(struct vs_shm_conn *c, int fd)
                 close_fd(&c->chan); /* the peer left: TCP will say how */
             else
                 decline(c, r == -2 ? "declined-by-peer" : "handshake-malformed");
-            atomic_fetch_add(&c->gen, 1);
+            vs_shm_bump(c);
             break;
         }
         switch (hs) {

@@ -346,7 +346,7 @@ static void maybe_switch(struct vs_shm_conn *c)
         /* Only once the receiver is sure to learn S may a byte go to the ring. */
         if (vs_real.sendmsg(c->chan, &mh, MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)sizeof(m)) {
             atomic_store(&c->tx_switched, true);
-            atomic_fetch_add(&c->gen, 1);
+            vs_shm_bump(c);
         }
     }
     vs_plock_unlock(&c->ctl_lock);
@@ -381,7 +381,7 @@ static int finish_revert(struct vs_shm_conn *c, int fd)
         at += (uint64_t)n;
     }
     atomic_store(&c->tx_back_on_tcp, true);
-    atomic_fetch_add(&c->gen, 1);
+    vs_shm_bump(c);
     return 0;
 }
 
