@@ -125,6 +125,22 @@ struct vs_sock *vs_fd_get(int fd)
     }
 }
 
+struct vs_sock *vs_fd_peek(int fd)
+{
+    slot_t *slot = slot_of(fd, false);
+    while (slot) {
+        struct vs_sock *s = atomic_load_explicit(slot, memory_order_acquire);
+        if (!is_sock(s))
+            return NULL;
+        if (vs_sock_tryref(s)) {
+            if (atomic_load_explicit(slot, memory_order_acquire) == s)
+                return s;
+            vs_sock_put(s);
+        }
+    }
+    return NULL;
+}
+
 void vs_fd_set(int fd, struct vs_sock *s)
 {
     slot_t *slot = slot_of(fd, true);

@@ -15,6 +15,10 @@
  * across exec) is adopted, anything else is marked foreign. */
 struct vs_sock *vs_fd_get(int fd);
 
+/* The same for a socket already known only: no system call, no adoption
+ * (for paths that run on every close). */
+struct vs_sock *vs_fd_peek(int fd);
+
 /* Makes FD name S, consuming the caller's reference; S == NULL marks FD
  * foreign. Whatever FD named before is released. */
 void vs_fd_set(int fd, struct vs_sock *s);

@@ -456,7 +456,7 @@ static void kick_all(void)
  * from now on. */
 static bool forbid_cold(int fd)
 {
-    struct vs_sock *s = vs_fd_get(fd);
+    struct vs_sock *s = vs_fd_peek(fd);
     bool shm = s && s->shm;
     if (shm)
         atomic_store(&s->no_cold, true);
@@ -482,7 +482,7 @@ static void cold_closing(int fd)
         memset(kick_in, 0, sizeof(kick_in));
         return;
     }
-    struct vs_sock *s = vs_fd_get(fd);
+    struct vs_sock *s = vs_fd_peek(fd);
     if (!s)
         return;
     struct rec *r = vs_shm_cold_rec(s);
