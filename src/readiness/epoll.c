@@ -336,6 +336,16 @@ static void sync_kernel(struct vs_sock *s, struct rec *r, bool rearm)
     r->gen = vs_shm_generation(s);
 }
 
+/* R shares a dup's registration of its side channel (EEXIST): once the
+ * dup's record is dropped, it registers its own. One system call per
+ * wait, for dups of one socket in one set only. */
+static void claim_watch(struct vs_sock *s, struct rec *r)
+{
+    struct epoll_event wev = {.events = EPOLLIN, .data.u64 = (uint64_t)(uintptr_t)r | WATCH_TAG};
+    if (r->watch == vs_shm_watch_fd(s))
+        r->watch_own = vs_real.epoll_ctl(r->epfd, EPOLL_CTL_ADD, r->watch, &wev) == 0;
+}
+
 /* Nested sets: keep the record armed for what it watches now. */
 static void perm_arm(struct vs_sock *s, struct rec *r)
 {
@@ -882,6 +892,10 @@ static void translate(struct wait *w, const struct epoll_event *kev, int n)
         }
         warm(r, s);
         if (r->dormant) {
+            /* What woke it may concern a dup of the socket in this set
+             * (SWITCH, WAKE): act on the messages before they are orphaned. */
+            if (watch)
+                vs_shm_poll(s, r->fd, 0, 0, true);
             rec_drop(r, s); /* now for real: it will not wake us again */
             vs_sock_put(s);
             continue;
@@ -922,6 +936,8 @@ static void scan(struct wait *w, bool sync)
             sync_kernel(s, r, false);
             perm_arm(s, r);
         }
+        if (sync && r->watch >= 0 && !r->watch_own)
+            claim_watch(s, r);
         unsigned m = vs_shm_poll_rings(s, interest(r));
         if (m && (m = edges(s, r, m, 0)))
             report(w, r, m);
