@@ -106,15 +106,12 @@ static struct vs_sock *adopt(int fd, slot_t *slot)
     return s;
 }
 
-struct vs_sock *vs_fd_get(int fd)
+/* A reference on the socket SLOT names, or NULL (*EMPTY: nothing yet). */
+static struct vs_sock *slot_ref(slot_t *slot, bool *empty)
 {
-    slot_t *slot = slot_of(fd, true);
-    if (!slot)
-        return NULL;
     for (;;) {
         struct vs_sock *s = atomic_load_explicit(slot, memory_order_acquire);
-        if (!s)
-            return adopt(fd, slot);
+        *empty = !s;
         if (!is_sock(s))
             return NULL;
         if (vs_sock_tryref(s)) {
@@ -125,20 +122,19 @@ struct vs_sock *vs_fd_get(int fd)
     }
 }
 
+struct vs_sock *vs_fd_get(int fd)
+{
+    slot_t *slot = slot_of(fd, true);
+    bool empty;
+    struct vs_sock *s = slot ? slot_ref(slot, &empty) : NULL;
+    return slot && empty ? adopt(fd, slot) : s;
+}
+
 struct vs_sock *vs_fd_peek(int fd)
 {
     slot_t *slot = slot_of(fd, false);
-    while (slot) {
-        struct vs_sock *s = atomic_load_explicit(slot, memory_order_acquire);
-        if (!is_sock(s))
-            return NULL;
-        if (vs_sock_tryref(s)) {
-            if (atomic_load_explicit(slot, memory_order_acquire) == s)
-                return s;
-            vs_sock_put(s);
-        }
-    }
-    return NULL;
+    bool empty;
+    return slot ? slot_ref(slot, &empty) : NULL;
 }
 
 void vs_fd_set(int fd, struct vs_sock *s)
