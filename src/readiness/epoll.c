@@ -356,7 +356,8 @@ static void perm_arm(struct vs_sock *s, struct rec *r)
 
 /* --- cold records: see the top of this file --- */
 
-/* Makes R hot again. S: its socket, or NULL when it is gone. */
+/* Makes R hot again. S: its socket, or NULL when the arming is not ours to
+ * withdraw (the socket is gone, or this is a forked child's copy). */
 static void warm(struct rec *r, struct vs_sock *s)
 {
     if (!r->cold)
@@ -648,15 +649,8 @@ static void drop_dormant(struct rec *r)
  * somebody else's). */
 static void forget_set(int epfd)
 {
-    while (sets && colds[epfd]) {
-        struct rec *r = colds[epfd];
-        struct vs_sock *s = rec_sock(r);
-        if (s) { /* armed in the rings: only we can withdraw it */
-            warm(r, s);
-            vs_sock_put(s);
-        }
-        rec_unlink(r);
-    }
+    if (sets)
+        warm_set(epfd, false); /* armed in the rings: only we can withdraw it */
     while (sets && sets[epfd])
         rec_unlink(sets[epfd]);
     nested[epfd] = false;
@@ -746,14 +740,8 @@ void vs_epoll_fork_child(void)
     /* The parent withdraws its cold records' arming; the child's copies
      * only go back to the scans. */
     for (int epfd = 0; cold_count && epfd < MAX_EPFD; epfd++)
-        while (colds[epfd]) {
-            struct rec *r = colds[epfd];
-            list_remove(r);
-            r->cold = false;
-            r->perm = 0;
-            list_push(r);
-            cold_count--;
-        }
+        while (colds[epfd])
+            warm(colds[epfd], NULL);
 }
 
 void vs_epoll_watched(int fd)

@@ -99,14 +99,23 @@ int vs_shm_event_fd(struct vs_shm_conn *c);
 uint64_t vs_shm_diag_inode(const struct sockaddr_storage *local,
                            const struct sockaddr_storage *peer);
 
-/* The connection's phase or the peer's state changed (c->gen): readiness
- * must look again, a cold epoll record included (readiness/epoll.c). */
-static inline void vs_shm_bump(struct vs_shm_conn *c)
+/* News of the connection reached this process other than through its cold
+ * epoll record (readiness/epoll.c), if it has one: pass it on. Call it
+ * after acting on the news: cooling checks the generation after it
+ * publishes cold_rec, so one of the two sees the other. */
+static inline void vs_shm_pass_news_on(struct vs_shm_conn *c)
 {
-    atomic_fetch_add(&c->gen, 1);
     void *cold = atomic_load(&c->cold_rec);
     if (cold)
         vs_epoll_kick(cold);
+}
+
+/* The connection's phase or the peer's state changed (c->gen): readiness
+ * must look again, a cold epoll record included. */
+static inline void vs_shm_bump(struct vs_shm_conn *c)
+{
+    atomic_fetch_add(&c->gen, 1);
+    vs_shm_pass_news_on(c);
 }
 
 static inline bool vs_shm_active(struct vs_shm_conn *c)

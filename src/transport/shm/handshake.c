@@ -21,7 +21,6 @@
 
 #include "config/log.h"
 #include "interpose/real.h"
-#include "readiness/epoll.h"
 #include "transport/shm/conn.h"
 #include "transport/shm/proto.h"
 #include "transport/shm/shm.h"
@@ -485,17 +484,6 @@ static int drain_data(struct vs_shm_conn *c)
     return n == BATCH ? 1 : n > 0 ? -1 : 0;
 }
 
-/* Messages were read: if they were a cold epoll record's only news (a
- * WAKE changes no generation), pass it on. After acting on them: cooling
- * checks the generation after it publishes cold_rec, so one of the two
- * sees the other. */
-static void pass_news_on(struct vs_shm_conn *c)
-{
-    void *cold = atomic_load(&c->cold_rec);
-    if (cold)
-        vs_epoll_kick(cold);
-}
-
 /* Reads every waiting message and acts on it. */
 static void drain(struct vs_shm_conn *c, int fd)
 {
@@ -507,8 +495,8 @@ static void drain(struct vs_shm_conn *c, int fd)
             if (got <= 0)
                 break;
         }
-        if (any)
-            pass_news_on(c);
+        if (any) /* a WAKE changes no generation */
+            vs_shm_pass_news_on(c);
         return;
     }
     for (int budget = 64; budget > 0 && c->chan >= 0; budget--) {
@@ -549,7 +537,7 @@ static void drain(struct vs_shm_conn *c, int fd)
     }
     /* The handshake may have ended meanwhile, and a record gone cold. */
     if (any)
-        pass_news_on(c);
+        vs_shm_pass_news_on(c);
 }
 
 void vs_shm_progress(struct vs_shm_conn *c, int fd)
