@@ -67,8 +67,13 @@ def run_sockperf(runner, servers, test, proto):
     handled = int(m.group(1))
     if test == "throughput":
         if proto == "tcp":
-            # a stream: every message sent arrives (plus the warm-up ones)
-            assert handled >= summary["sent"], f"[{runner}] server handled {handled} < sent {summary['sent']}"
+            # a stream: every message sent arrives, but the last one: the
+            # client's end-of-test alarm may cut its send short (a blocking
+            # send interrupted after some bytes returns that count); a
+            # shared-memory ring, smaller than the kernel's buffer, is full
+            # more often when it strikes (seen once in CI: 9970123 of 9970124)
+            assert handled >= summary["sent"] - 1, \
+                f"[{runner}] server handled {handled} < sent {summary['sent']} - 1"
         else:
             assert 0 < handled, f"[{runner}] server received nothing"
     else:
