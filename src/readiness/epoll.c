@@ -48,6 +48,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "config/log.h"
 #include "core/fdtable.h"
 #include "interpose/real.h"
 #include "readiness/epoll.h"
@@ -60,7 +61,8 @@
 #define WATCH_TAG 1ul
 #define HASH_BUCKETS 65536u
 #define DORMANT_SETS 8
-#define COOL_NS 1000000L /* quiet this long: cold */
+#define COOL_NS 1000000L     /* quiet this long: cold */
+#define SWEEP_NS 1000000000L /* a set's cold records are looked at this often */
 #define USER_FLAGS (EPOLLET | EPOLLONESHOT | EPOLLEXCLUSIVE | EPOLLWAKEUP)
 
 struct rec {
@@ -95,6 +97,7 @@ static struct rec **sets;  /* per epoll fd: its records (hot ones) */
 static struct rec **colds; /* per epoll fd: its cold records */
 static _Atomic int kick_fd = -1;
 static bool kick_in[MAX_EPFD]; /* kick_fd is in this kernel set */
+static long swept[MAX_EPFD];   /* when the set's cold records were last looked at */
 static unsigned cold_count;
 static struct rec **buckets; /* by (epoll fd, fd) */
 static bool nested[MAX_EPFD];
@@ -394,6 +397,15 @@ static bool kick_ready(int epfd)
     return true;
 }
 
+/* What keeps R from being cold: its rings' readiness. Edge-triggered, room
+ * to send is no news: the peer rings when it reads (the ring is armed).
+ * Unread bytes are: the peer rings only for a ring it saw empty. */
+static unsigned cold_level(struct vs_sock *s, struct rec *r)
+{
+    unsigned level = vs_shm_poll_rings(s, interest(r));
+    return r->events & EPOLLET ? level & ~(unsigned)EPOLLOUT : level;
+}
+
 /* R, hot and quiet since COOL_NS, goes cold if it may. */
 static void cool(struct vs_sock *s, struct rec *r, long now)
 {
@@ -408,17 +420,10 @@ static void cool(struct vs_sock *s, struct rec *r, long now)
     atomic_store(&r->kicked, false);
     if (!vs_shm_cold_attach(s, r))
         return;
-    /* Armed first, then looked: news from now on rings the side channel,
-     * and the peer rings it only for a ring we emptied. */
+    /* Armed first, then looked: news from now on rings the side channel. */
     unsigned armed = vs_shm_arm(s, need);
     bool covered = armed == need || (armed == (need & ~(unsigned)POLLIN) && vs_shm_rx_by_kernel(s));
-    /* Nothing to report now. Edge-triggered, room to send is no news: the
-     * peer rings when it reads (the ring is armed). Unread bytes are not
-     * allowed: the peer rings only for a ring it saw empty. */
-    unsigned level = vs_shm_poll_rings(s, in);
-    if (r->events & EPOLLET)
-        level &= ~(unsigned)EPOLLOUT;
-    if (!covered || r->gen != vs_shm_generation(s) || level) {
+    if (!covered || r->gen != vs_shm_generation(s) || cold_level(s, r)) {
         vs_shm_disarm(s, armed);
         vs_shm_cold_detach(s, r);
         return;
@@ -446,6 +451,28 @@ static void warm_set(int epfd, bool kicked_only)
         else
             rec_unlink(r);
     }
+}
+
+/* A safety net, not the mechanism: once per SWEEP_NS, warm the cold
+ * records of EPFD whose rings have something, so that a wake-up lost by a
+ * path nobody foresaw costs a second, not for ever. */
+static void sweep(int epfd, long now)
+{
+    if (now - swept[epfd] < SWEEP_NS)
+        return;
+    swept[epfd] = now;
+    struct rec *next;
+    for (struct rec *r = colds[epfd]; r; r = next) {
+        next = r->next;
+        struct vs_sock *s = rec_sock(r);
+        if (s && cold_level(s, r)) {
+            vs_debug("epoll: a cold record had news without a wake-up (fd %d)", r->fd);
+            atomic_store(&r->kicked, true);
+        }
+        if (s)
+            vs_sock_put(s);
+    }
+    warm_set(epfd, true);
 }
 
 static void warm_all(void)
@@ -1029,16 +1056,21 @@ static int wait_translated(int epfd, struct epoll_event *events, int max, long t
         w.round = ++rounds;
         w.now = vs_shm_now_ns();
         w.n = 0;
+        if (colds[epfd])
+            sweep(epfd, w.now);
         scan(&w, true);
         if (w.n == 0 && left != 0) {
             arm_all(&w, &a);
             scan(&w, false);
         }
+        bool has_cold = colds[epfd] != NULL;
         pthread_mutex_unlock(&lock);
         /* Sliced: see VS_SHM_SLICE_NS. */
         long slice = a.shared ? VS_SHM_SHARED_NAP_NS : VS_SHM_SLICE_NS;
         if (a.n > 0 && (left < 0 || left > slice))
             left = slice;
+        if (has_cold && (left < 0 || left > SWEEP_NS))
+            left = SWEEP_NS;
         int n =
             w.n < max ? kernel_wait(epfd, kev, max - w.n, w.n ? 0 : left, w.n ? NULL : mask) : 0;
         int err = errno;
