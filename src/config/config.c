@@ -12,17 +12,9 @@
 struct vs_config vs_config;
 
 const char *const vs_config_variables[] = {
-    "VSOCKET_TRANSPORTS",
-    "VSOCKET_LOG_LEVEL",
-    "VSOCKET_LOG_FILE",
-    "VSOCKET_STATS",
-    "VSOCKET_STATS_DIR",
-    "VSOCKET_STATS_MAX",
-    "VSOCKET_FOLLOW_EXEC",
-    "VSOCKET_POLL_US",
-    "VSOCKET_SHM_RING_MIN",
-    "VSOCKET_SHM_RING_MAX",
-    NULL,
+    "VSOCKET_TRANSPORTS",   "VSOCKET_LOG_LEVEL",    "VSOCKET_LOG_FILE",    "VSOCKET_STATS",
+    "VSOCKET_STATS_DIR",    "VSOCKET_STATS_MAX",    "VSOCKET_FOLLOW_EXEC", "VSOCKET_POLL_US",
+    "VSOCKET_SHM_RING_MIN", "VSOCKET_SHM_RING_MAX", "VSOCKET_FD_FLOOR",    NULL,
 };
 
 void vs_config_defaults(struct vs_config *c)
@@ -37,6 +29,7 @@ void vs_config_defaults(struct vs_config *c)
     c->poll_us = VS_POLL_US_DEFAULT;
     c->shm_ring_min = VS_SHM_RING_MIN_DEFAULT;
     c->shm_ring_max = VS_SHM_RING_MAX_DEFAULT;
+    c->fd_floor = -1;
 }
 
 void vs_config_format_transports(unsigned mask, char *out, size_t outlen)
@@ -168,23 +161,33 @@ static void load_transports(struct vs_config *c)
     c->transports_set = true;
 }
 
-/* A whole number in [MIN, MAX]; a bad value keeps *OUT. */
-static void load_uint(const char *name, unsigned long min, unsigned long max, unsigned long *out)
+/* The whole number in [MIN, MAX] that NAME is set to, into *OUT; false when
+ * unset or bad (reported, naming DFLT as what is used instead). */
+static bool read_uint(const char *name, unsigned long min, unsigned long max, unsigned long *out,
+                      const char *dflt)
 {
     const char *v = getenv(name);
     if (!v)
-        return;
+        return false;
     char *end;
     errno = 0;
     unsigned long n = strtoul(v, &end, 10);
     if (errno || end == v || *end || *v == '-' || n < min || n > max) {
-        char why[96], dflt[24];
+        char why[96];
         snprintf(why, sizeof(why), "accepted values: a whole number from %lu to %lu", min, max);
-        snprintf(dflt, sizeof(dflt), "%lu", *out);
         report_invalid(name, v, why, dflt);
-        return;
+        return false;
     }
     *out = n;
+    return true;
+}
+
+/* A whole number in [MIN, MAX]; a bad value keeps *OUT. */
+static void load_uint(const char *name, unsigned long min, unsigned long max, unsigned long *out)
+{
+    char dflt[24];
+    snprintf(dflt, sizeof(dflt), "%lu", *out);
+    read_uint(name, min, max, out, dflt);
 }
 
 static void load_shm(struct vs_config *c)
@@ -202,6 +205,14 @@ static void load_shm(struct vs_config *c)
     }
 }
 
+static void load_fd_floor(struct vs_config *c)
+{
+    unsigned long n;
+    if (read_uint("VSOCKET_FD_FLOOR", 0, VS_FD_FLOOR_MAX, &n,
+                  "half the descriptor limit, at most 1024"))
+        c->fd_floor = (long)n;
+}
+
 void vs_config_load(struct vs_config *c)
 {
     vs_config_defaults(c);
@@ -214,4 +225,5 @@ void vs_config_load(struct vs_config *c)
     c->stats_max = (unsigned)stats_max;
     load_bool("VSOCKET_FOLLOW_EXEC", &c->follow_exec);
     load_shm(c);
+    load_fd_floor(c);
 }

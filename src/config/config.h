@@ -25,6 +25,8 @@
 #define VS_SHM_RING_MAX_DEFAULT (4ul << 20)
 #define VS_SHM_RING_LIMIT_MIN (4ul << 10)
 #define VS_SHM_RING_LIMIT_MAX (64ul << 20)
+/* VSOCKET_FD_FLOOR: where vsocket's own descriptors go (core/ownfd.h). */
+#define VS_FD_FLOOR_MAX 1048576ul
 
 struct vs_config {
     unsigned transports; /* VS_TRANSPORT_BIT mask; kernel always included */
@@ -38,6 +40,7 @@ struct vs_config {
     unsigned long poll_us;      /* VSOCKET_POLL_US */
     unsigned long shm_ring_min; /* bytes */
     unsigned long shm_ring_max;
+    long fd_floor; /* VSOCKET_FD_FLOOR; -1: automatic (core/ownfd.h) */
 };
 
 extern struct vs_config vs_config;

@@ -1,6 +1,8 @@
 /* log.c - levelled logging. */
 #include "config/log.h"
 
+#include "core/ownfd.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -42,11 +44,13 @@ static void expand_path(const char *path, char *out, size_t outlen)
     out[o < outlen ? o : outlen - 1] = '\0';
 }
 
-void vs_log_fds_gone(unsigned first, unsigned last)
+/* The program closed the log file's number (a daemon closing everything):
+ * no line may reach whatever it opens there next. */
+static void log_fd_lost(void *owner, int fd)
 {
-    int fd = __atomic_load_n(&log_fd, __ATOMIC_RELAXED);
-    if (fd > 2 && (unsigned)fd >= first && (unsigned)fd <= last)
-        __atomic_store_n(&log_fd, -1, __ATOMIC_RELAXED);
+    (void)owner;
+    (void)fd;
+    __atomic_store_n(&log_fd, -1, __ATOMIC_RELAXED);
 }
 
 int vs_log_open(const char *path)
@@ -58,13 +62,13 @@ int vs_log_open(const char *path)
     char expanded[4096];
     expand_path(path, expanded, sizeof(expanded));
     /* A raw syscall: open() is not interposed, but keep logging independent
-     * of libc state. High fd numbers would be nicer, but O_CLOEXEC is what
-     * matters: the file must not leak into exec'd programs. */
+     * of libc state. Close-on-exec: the file must not leak into exec'd
+     * programs; and out of the program's way (core/ownfd.h). */
     int fd = (int)syscall(SYS_openat, AT_FDCWD, expanded, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
                           0644);
     if (fd < 0)
         return -1;
-    log_fd = fd;
+    log_fd = vs_ownfd_take(fd, &log_fd, log_fd_lost);
     return 0;
 }
 

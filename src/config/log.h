@@ -22,11 +22,6 @@ extern enum vs_log_level vs_log_level;
  * (output then stays on stderr). */
 int vs_log_open(const char *path);
 
-/* The program closed or replaced fds FIRST..LAST: if our log file was among
- * them, stop logging to it, or our lines would land in whatever file or
- * socket reuses the number. */
-void vs_log_fds_gone(unsigned first, unsigned last);
-
 /* The level called NAME, or -1. */
 int vs_log_level_by_name(const char *name);
 const char *vs_log_level_name(enum vs_log_level level);

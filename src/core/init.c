@@ -5,6 +5,7 @@
 #include "config/log.h"
 #include "config/stats.h"
 #include "core/exec_env.h"
+#include "core/sandbox.h"
 #include "core/sock.h"
 #include "transport/shm/shm.h"
 #include "interpose/real.h"
@@ -12,7 +13,11 @@
 
 __attribute__((constructor)) static void vs_load(void)
 {
+    /* First: under a filter, nothing below may make a call of its own. */
+    vs_sandbox_check_at_load();
     vs_real_init();
+    if (vs_sandboxed())
+        return;
     vs_config_load(&vs_config);
     vs_exec_env_capture();
     char transports[64];
@@ -22,7 +27,8 @@ __attribute__((constructor)) static void vs_load(void)
 
 __attribute__((destructor)) static void vs_unload(void)
 {
-    vs_stats_exit();
+    if (!vs_sandboxed()) /* its file stays: `vsocket stat` removes it */
+        vs_stats_exit();
 }
 
 /* Locks are taken in one order (epoll records, connections, sockets, then

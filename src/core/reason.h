@@ -25,6 +25,11 @@
 #define VS_REASON_PENDING "upgrade-pending"
 /* No usable RDMA device (reserved for the rdma transport). */
 #define VS_REASON_NO_RDMA_DEVICE "no-rdma-device"
+/* The program closed or replaced a descriptor the connection's side channel
+ * used (a daemon closing everything, dup2 onto a number): back to TCP. */
+#define VS_REASON_FD_TAKEN "fd-taken"
+/* The process runs under a seccomp filter: vsocket only passes calls on. */
+#define VS_REASON_SANDBOXED "sandboxed"
 /* Prefix: an option the transport cannot honour, e.g. unsupported-option:SO_XYZ. */
 #define VS_REASON_UNSUPPORTED_OPTION "unsupported-option:"
 

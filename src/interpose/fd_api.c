@@ -10,19 +10,38 @@
 
 #include "config/log.h"
 #include "core/fdtable.h"
+#include "core/ownfd.h"
 #include "interpose/real.h"
 #include "readiness/epoll.h"
 #include "transport/shm/shm.h"
 
+/* The program is about to close FD or put another file there. If the number
+ * is one of ours, we let go of it first, while it is still ours (core/ownfd.h). */
+static void fd_closing(int fd)
+{
+    int saved_errno = errno;
+    vs_ownfd_taken((unsigned)fd, (unsigned)fd);
+    vs_epoll_fd_closing(fd);
+    errno = saved_errno;
+}
+
+static void range_closing(unsigned first, unsigned last)
+{
+    int saved_errno = errno;
+    vs_ownfd_taken(first, last);
+    vs_epoll_range_closing(first, last);
+    errno = saved_errno;
+}
+
 VS_EXPORT int close(int fd)
 {
     VS_REAL_READY();
-    vs_epoll_fd_closing(fd);
+    VS_PASS_IF_SANDBOXED(vs_real.close(fd));
+    fd_closing(fd);
     struct vs_sock *s = vs_fd_close_begin(fd);
     int r = vs_real.close(fd);
     int saved_errno = errno;
     vs_fd_close_end(fd, s);
-    vs_log_fds_gone((unsigned)fd, (unsigned)fd);
     errno = saved_errno;
     return r;
 }
@@ -32,16 +51,15 @@ VS_EXPORT int close(int fd)
 VS_EXPORT int fclose(FILE *stream)
 {
     VS_REAL_READY();
+    VS_PASS_IF_SANDBOXED(vs_real.fclose(stream));
     int fd = stream ? fileno(stream) : -1;
     if (fd >= 0)
-        vs_epoll_fd_closing(fd);
+        fd_closing(fd);
     struct vs_sock *s = fd >= 0 ? vs_fd_close_begin(fd) : NULL;
     int r = vs_real.fclose(stream);
     int saved_errno = errno;
-    if (fd >= 0) {
+    if (fd >= 0)
         vs_fd_close_end(fd, s);
-        vs_log_fds_gone((unsigned)fd, (unsigned)fd);
-    }
     errno = saved_errno;
     return r;
 }
@@ -53,14 +71,13 @@ VS_EXPORT int close_range(unsigned int first, unsigned int last, int flags)
         errno = ENOSYS;
         return -1;
     }
+    VS_PASS_IF_SANDBOXED(vs_real.close_range(first, last, flags));
     if (!(flags & CLOSE_RANGE_CLOEXEC))
-        vs_epoll_range_closing(first, last);
+        range_closing(first, last);
     int r = vs_real.close_range(first, last, flags);
     int saved_errno = errno;
-    if (r == 0 && !(flags & CLOSE_RANGE_CLOEXEC)) {
+    if (r == 0 && !(flags & CLOSE_RANGE_CLOEXEC))
         vs_fd_forget_range(first, last);
-        vs_log_fds_gone(first, last);
-    }
     errno = saved_errno;
     return r;
 }
@@ -68,15 +85,17 @@ VS_EXPORT int close_range(unsigned int first, unsigned int last, int flags)
 VS_EXPORT void closefrom(int lowfd)
 {
     VS_REAL_READY();
+    if (vs_sandboxed() && vs_real.closefrom) {
+        vs_real.closefrom(lowfd);
+        return;
+    }
     int saved_errno = errno;
     if (lowfd >= 0)
-        vs_epoll_range_closing((unsigned)lowfd, ~0u);
+        range_closing((unsigned)lowfd, ~0u);
     if (vs_real.closefrom)
         vs_real.closefrom(lowfd);
-    if (lowfd >= 0) {
+    if (lowfd >= 0)
         vs_fd_forget_range((unsigned)lowfd, ~0u);
-        vs_log_fds_gone((unsigned)lowfd, ~0u);
-    }
     errno = saved_errno;
 }
 
@@ -87,7 +106,6 @@ static int track_dup(int oldfd, int newfd)
         return newfd;
     int saved_errno = errno;
     vs_fd_set(newfd, vs_fd_get(oldfd));
-    vs_log_fds_gone((unsigned)newfd, (unsigned)newfd);
     errno = saved_errno;
     return newfd;
 }
@@ -95,6 +113,7 @@ static int track_dup(int oldfd, int newfd)
 VS_EXPORT int dup(int fd)
 {
     VS_REAL_READY();
+    VS_PASS_IF_SANDBOXED(vs_real.dup(fd));
     return track_dup(fd, vs_real.dup(fd));
 }
 
@@ -102,12 +121,13 @@ VS_EXPORT int dup(int fd)
 static void dup_target_closing(int oldfd, int newfd)
 {
     if (newfd >= 0 && newfd != oldfd)
-        vs_epoll_fd_closing(newfd);
+        fd_closing(newfd);
 }
 
 VS_EXPORT int dup2(int oldfd, int newfd)
 {
     VS_REAL_READY();
+    VS_PASS_IF_SANDBOXED(vs_real.dup2(oldfd, newfd));
     dup_target_closing(oldfd, newfd);
     return track_dup(oldfd, vs_real.dup2(oldfd, newfd));
 }
@@ -115,6 +135,7 @@ VS_EXPORT int dup2(int oldfd, int newfd)
 VS_EXPORT int dup3(int oldfd, int newfd, int flags)
 {
     VS_REAL_READY();
+    VS_PASS_IF_SANDBOXED(vs_real.dup3(oldfd, newfd, flags));
     dup_target_closing(oldfd, newfd);
     return track_dup(oldfd, vs_real.dup3(oldfd, newfd, flags));
 }
@@ -124,6 +145,7 @@ VS_EXPORT int dup3(int oldfd, int newfd, int flags)
  * slot, so it is read and forwarded as a pointer-sized value. */
 static int fcntl_common(int (*real)(int, int, ...), int fd, int cmd, void *arg)
 {
+    VS_PASS_IF_SANDBOXED(real(fd, cmd, arg));
     int r = real(fd, cmd, arg);
     if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)
         return track_dup(fd, r);
@@ -157,6 +179,7 @@ VS_EXPORT int ioctl(int fd, unsigned long request, ...)
     va_start(ap, request);
     void *arg = va_arg(ap, void *);
     va_end(ap);
+    VS_PASS_IF_SANDBOXED(vs_real.ioctl(fd, request, arg));
     if (request == FIONREAD || request == SIOCOUTQ) {
         /* Bytes in the rings are out of the kernel's sight. */
         struct vs_sock *s = vs_fd_get(fd);
@@ -189,6 +212,7 @@ static void leave_rings(int fd, const char *reason)
 VS_EXPORT FILE *fdopen(int fd, const char *mode)
 {
     VS_REAL_READY();
+    VS_PASS_IF_SANDBOXED(vs_real.fdopen(fd, mode));
     leave_rings(fd, "stdio-on-socket");
     return vs_real.fdopen(fd, mode);
 }
@@ -197,6 +221,7 @@ VS_EXPORT ssize_t splice(int fd_in, loff_t *off_in, int fd_out, loff_t *off_out,
                          unsigned int flags)
 {
     VS_REAL_READY();
+    VS_PASS_IF_SANDBOXED(vs_real.splice(fd_in, off_in, fd_out, off_out, len, flags));
     leave_rings(fd_in, "splice");
     leave_rings(fd_out, "splice");
     return vs_real.splice(fd_in, off_in, fd_out, off_out, len, flags);

@@ -51,6 +51,7 @@ static ssize_t shm_send(struct vs_sock *s, int fd, const struct iovec *iov, size
 VS_EXPORT ssize_t read(int fd, void *buf, size_t len)
 {
     VS_REAL_READY();
+    VS_PASS_IF_SANDBOXED(vs_real.read(fd, buf, len));
     struct vs_sock *s = vs_fd_get(fd);
     if (s && s->shm) {
         struct iovec iov = {buf, len};
@@ -63,6 +64,7 @@ VS_EXPORT ssize_t read(int fd, void *buf, size_t len)
 VS_EXPORT ssize_t write(int fd, const void *buf, size_t len)
 {
     VS_REAL_READY();
+    VS_PASS_IF_SANDBOXED(vs_real.write(fd, buf, len));
     struct vs_sock *s = vs_fd_get(fd);
     if (s && s->shm) {
         struct iovec iov = {(void *)buf, len};
@@ -75,6 +77,7 @@ VS_EXPORT ssize_t write(int fd, const void *buf, size_t len)
 VS_EXPORT ssize_t readv(int fd, const struct iovec *iov, int iovcnt)
 {
     VS_REAL_READY();
+    VS_PASS_IF_SANDBOXED(vs_real.readv(fd, iov, iovcnt));
     struct vs_sock *s = vs_fd_get(fd);
     if (s && s->shm && iovcnt >= 0)
         return done_rx(s, fd, shm_recv(s, fd, iov, (size_t)iovcnt, 0, NULL, NULL), 0);
@@ -85,6 +88,7 @@ VS_EXPORT ssize_t readv(int fd, const struct iovec *iov, int iovcnt)
 VS_EXPORT ssize_t writev(int fd, const struct iovec *iov, int iovcnt)
 {
     VS_REAL_READY();
+    VS_PASS_IF_SANDBOXED(vs_real.writev(fd, iov, iovcnt));
     struct vs_sock *s = vs_fd_get(fd);
     if (s && s->shm && iovcnt >= 0)
         return done_tx(s, fd, shm_send(s, fd, iov, (size_t)iovcnt, 0));
@@ -95,6 +99,7 @@ VS_EXPORT ssize_t writev(int fd, const struct iovec *iov, int iovcnt)
 VS_EXPORT ssize_t recv(int fd, void *buf, size_t len, int flags)
 {
     VS_REAL_READY();
+    VS_PASS_IF_SANDBOXED(vs_real.recv(fd, buf, len, flags));
     struct vs_sock *s = vs_fd_get(fd);
     if (s && s->shm) {
         struct iovec iov = {buf, len};
@@ -108,6 +113,7 @@ VS_EXPORT ssize_t recvfrom(int fd, void *buf, size_t len, int flags, struct sock
                            socklen_t *addrlen)
 {
     VS_REAL_READY();
+    VS_PASS_IF_SANDBOXED(vs_real.recvfrom(fd, buf, len, flags, addr, addrlen));
     struct vs_sock *s = vs_fd_get(fd);
     if (s && s->shm) {
         struct iovec iov = {buf, len};
@@ -120,6 +126,7 @@ VS_EXPORT ssize_t recvfrom(int fd, void *buf, size_t len, int flags, struct sock
 VS_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 {
     VS_REAL_READY();
+    VS_PASS_IF_SANDBOXED(vs_real.recvmsg(fd, msg, flags));
     struct vs_sock *s = vs_fd_get(fd);
     if (s && s->shm)
         return done_rx(s, fd, vs_shm_recvmsg(s, fd, msg, flags), flags);
@@ -168,6 +175,7 @@ VS_EXPORT int recvmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flags
                        struct timespec *timeout)
 {
     VS_REAL_READY();
+    VS_PASS_IF_SANDBOXED(vs_real.recvmmsg(fd, vec, vlen, flags, timeout));
     struct vs_sock *s = vs_fd_get(fd);
     int n = s && s->shm ? shm_recvmmsg(s, fd, vec, vlen, flags)
                         : vs_real.recvmmsg(fd, vec, vlen, flags, timeout);
@@ -182,6 +190,7 @@ VS_EXPORT int recvmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flags
 VS_EXPORT ssize_t send(int fd, const void *buf, size_t len, int flags)
 {
     VS_REAL_READY();
+    VS_PASS_IF_SANDBOXED(vs_real.send(fd, buf, len, flags));
     struct vs_sock *s = vs_fd_get(fd);
     if (s && s->shm) {
         struct iovec iov = {(void *)buf, len};
@@ -195,6 +204,7 @@ VS_EXPORT ssize_t sendto(int fd, const void *buf, size_t len, int flags,
                          const struct sockaddr *addr, socklen_t addrlen)
 {
     VS_REAL_READY();
+    VS_PASS_IF_SANDBOXED(vs_real.sendto(fd, buf, len, flags, addr, addrlen));
     struct vs_sock *s = vs_fd_get(fd);
     if (s && s->shm) {
         /* A connected stream socket ignores the address, as the kernel does. */
@@ -208,6 +218,7 @@ VS_EXPORT ssize_t sendto(int fd, const void *buf, size_t len, int flags,
 VS_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 {
     VS_REAL_READY();
+    VS_PASS_IF_SANDBOXED(vs_real.sendmsg(fd, msg, flags));
     struct vs_sock *s = vs_fd_get(fd);
     if (s && s->shm)
         return done_tx(s, fd, vs_shm_sendmsg(s, fd, msg, flags));
@@ -218,6 +229,7 @@ VS_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 VS_EXPORT int sendmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flags)
 {
     VS_REAL_READY();
+    VS_PASS_IF_SANDBOXED(vs_real.sendmmsg(fd, vec, vlen, flags));
     struct vs_sock *s = vs_fd_get(fd);
     int n = s && s->shm ? shm_sendmmsg(s, fd, vec, vlen, flags)
                         : vs_real.sendmmsg(fd, vec, vlen, flags);
@@ -233,6 +245,7 @@ VS_EXPORT int sendmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flags
 VS_EXPORT ssize_t sendfile(int out_fd, int in_fd, off_t *offset, size_t count)
 {
     VS_REAL_READY();
+    VS_PASS_IF_SANDBOXED(vs_real.sendfile(out_fd, in_fd, offset, count));
     struct vs_sock *s = vs_fd_get(out_fd);
     if (s && s->shm)
         return done_tx(s, out_fd, vs_shm_sendfile(s, out_fd, in_fd, offset, count));
@@ -243,6 +256,7 @@ VS_EXPORT ssize_t sendfile(int out_fd, int in_fd, off_t *offset, size_t count)
 VS_EXPORT ssize_t sendfile64(int out_fd, int in_fd, off64_t *offset, size_t count)
 {
     VS_REAL_READY();
+    VS_PASS_IF_SANDBOXED(vs_real.sendfile64(out_fd, in_fd, offset, count));
     struct vs_sock *s = vs_fd_get(out_fd);
     if (s && s->shm)
         return done_tx(s, out_fd, vs_shm_sendfile(s, out_fd, in_fd, offset, count));

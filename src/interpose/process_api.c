@@ -7,8 +7,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <linux/seccomp.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "core/exec_env.h"
@@ -19,6 +22,7 @@
 VS_EXPORT pid_t fork(void)
 {
     VS_REAL_READY();
+    VS_PASS_IF_SANDBOXED(vs_real.fork());
     vs_fork_prepare();
     pid_t pid = vs_real.fork();
     int saved_errno = errno;
@@ -94,18 +98,21 @@ VS_EXPORT int daemon(int nochdir, int noclose)
 VS_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
 {
     VS_REAL_READY();
+    VS_PASS_IF_SANDBOXED(vs_real.execve(path, argv, envp));
     EXEC_WITH_ENV(envp, vs_real.execve(path, argv, env));
 }
 
 VS_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
 {
     VS_REAL_READY();
+    VS_PASS_IF_SANDBOXED(vs_real.execvpe(file, argv, envp));
     EXEC_WITH_ENV(envp, vs_real.execvpe(file, argv, env));
 }
 
 VS_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
 {
     VS_REAL_READY();
+    VS_PASS_IF_SANDBOXED(vs_real.fexecve(fd, argv, envp));
     EXEC_WITH_ENV(envp, vs_real.fexecve(fd, argv, env));
 }
 
@@ -153,4 +160,53 @@ VS_EXPORT int execle(const char *path, const char *arg, ...)
     char *const *envp = va_arg(ap, char *const *);
     va_end(ap);
     return execve(path, argv, envp);
+}
+
+/* A seccomp filter is about to go in: vsocket steps aside first, while it
+ * may still make calls of its own (core/sandbox.h). A failed installation
+ * gives the process back to us. */
+#define INSTALL_FILTER(installs, call)                                                             \
+    do {                                                                                           \
+        bool entered = (installs) && vs_sandbox_enter();                                           \
+        long r = (call);                                                                           \
+        if (r < 0 && entered) {                                                                    \
+            int saved_errno = errno;                                                               \
+            vs_sandbox_enter_failed();                                                             \
+            errno = saved_errno;                                                                   \
+        }                                                                                          \
+        return r;                                                                                  \
+    } while (0)
+
+static bool seccomp_installs(unsigned long op)
+{
+    return op == SECCOMP_SET_MODE_STRICT || op == SECCOMP_SET_MODE_FILTER;
+}
+
+/* prctl's and syscall's further arguments are read as the kernel takes
+ * them: whole registers, however many the caller passed. */
+VS_EXPORT int prctl(int option, ...)
+{
+    VS_REAL_READY();
+    unsigned long a[4];
+    va_list ap;
+    va_start(ap, option);
+    for (int i = 0; i < 4; i++)
+        a[i] = va_arg(ap, unsigned long);
+    va_end(ap);
+    INSTALL_FILTER(option == PR_SET_SECCOMP, vs_real.prctl(option, a[0], a[1], a[2], a[3]));
+}
+
+/* libseccomp and most runtimes install filters with syscall(SYS_seccomp). */
+VS_EXPORT long syscall(long number, ...)
+{
+    VS_REAL_READY();
+    long a[6];
+    va_list ap;
+    va_start(ap, number);
+    for (int i = 0; i < 6; i++)
+        a[i] = va_arg(ap, long);
+    va_end(ap);
+    bool installs = (number == SYS_seccomp && seccomp_installs((unsigned long)a[0])) ||
+                    (number == SYS_prctl && a[0] == PR_SET_SECCOMP);
+    INSTALL_FILTER(installs, vs_real.syscall(number, a[0], a[1], a[2], a[3], a[4], a[5]));
 }

@@ -15,6 +15,8 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
+#include "core/sandbox.h"
+
 /* X(return type, name, parameter list) for every interposed symbol. */
 #define VS_REAL_SYMBOLS(X)                                                                         \
     X(int, socket, (int, int, int))                                                                \
@@ -74,7 +76,9 @@
     X(int, execvpe, (const char *, char *const[], char *const[]))                                  \
     X(int, fexecve, (int, char *const[], char *const[]))                                           \
     X(int, execv, (const char *, char *const[]))                                                   \
-    X(int, execvp, (const char *, char *const[]))
+    X(int, execvp, (const char *, char *const[]))                                                  \
+    X(int, prctl, (int, ...))                                                                      \
+    X(long, syscall, (long, ...))
 
 #define VS_REAL_FIELD(ret, name, params) ret(*name) params;
 struct vs_real_table {
@@ -97,6 +101,14 @@ void vs_real_init(void);
             vs_real_init();                                                                        \
     } while (0)
 extern int vs_real_resolved;
+
+/* In a process under a seccomp filter (core/sandbox.h) a wrapper is the
+ * libc call alone: vsocket makes no system call of its own there. */
+#define VS_PASS_IF_SANDBOXED(call)                                                                 \
+    do {                                                                                           \
+        if (__builtin_expect(vs_sandboxed(), 0))                                                   \
+            return call;                                                                           \
+    } while (0)
 
 /* The symbols libvsocket exports; everything else is hidden. */
 #define VS_EXPORT __attribute__((visibility("default")))

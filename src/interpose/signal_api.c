@@ -27,6 +27,7 @@ bool vs_signals_restart(void)
 VS_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *old)
 {
     VS_REAL_READY();
+    VS_PASS_IF_SANDBOXED(vs_real.sigaction(sig, act, old));
     int r = vs_real.sigaction(sig, act, old);
     if (r == 0 && act) {
         bool catches = (act->sa_flags & SA_SIGINFO) ||
@@ -40,6 +41,7 @@ VS_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *
 VS_EXPORT sighandler_t signal(int sig, sighandler_t handler)
 {
     VS_REAL_READY();
+    VS_PASS_IF_SANDBOXED(vs_real.signal(sig, handler));
     sighandler_t r = vs_real.signal(sig, handler);
     if (r != SIG_ERR)
         note(sig, handler != SIG_DFL && handler != SIG_IGN, true);

@@ -29,6 +29,7 @@ static void track_new(int fd, int family, int type, int protocol)
 VS_EXPORT int socket(int family, int type, int protocol)
 {
     VS_REAL_READY();
+    VS_PASS_IF_SANDBOXED(vs_real.socket(family, type, protocol));
     int fd = vs_real.socket(family, type, protocol);
     if (fd >= 0)
         track_new(fd, family, type, protocol);
@@ -38,6 +39,7 @@ VS_EXPORT int socket(int family, int type, int protocol)
 VS_EXPORT int socketpair(int family, int type, int protocol, int fds[2])
 {
     VS_REAL_READY();
+    VS_PASS_IF_SANDBOXED(vs_real.socketpair(family, type, protocol, fds));
     int r = vs_real.socketpair(family, type, protocol, fds);
     if (r == 0) {
         /* Linux has socketpair for AF_UNIX only: never ours. */
@@ -50,6 +52,7 @@ VS_EXPORT int socketpair(int family, int type, int protocol, int fds[2])
 VS_EXPORT int bind(int fd, const struct sockaddr *addr, socklen_t len)
 {
     VS_REAL_READY();
+    VS_PASS_IF_SANDBOXED(vs_real.bind(fd, addr, len));
     struct vs_sock *s = vs_fd_get(fd);
     int r = vs_real.bind(fd, addr, len);
     if (s) {
@@ -63,6 +66,7 @@ VS_EXPORT int bind(int fd, const struct sockaddr *addr, socklen_t len)
 VS_EXPORT int listen(int fd, int backlog)
 {
     VS_REAL_READY();
+    VS_PASS_IF_SANDBOXED(vs_real.listen(fd, backlog));
     struct vs_sock *s = vs_fd_get(fd);
     int r = vs_real.listen(fd, backlog);
     if (s) {
@@ -100,6 +104,7 @@ static int track_accepted(struct vs_sock *listener, int fd)
 VS_EXPORT int accept(int fd, struct sockaddr *addr, socklen_t *len)
 {
     VS_REAL_READY();
+    VS_PASS_IF_SANDBOXED(vs_real.accept(fd, addr, len));
     struct vs_sock *s = vs_fd_get(fd);
     int r = vs_real.accept(fd, addr, len);
     if (r < 0 && s)
@@ -110,6 +115,7 @@ VS_EXPORT int accept(int fd, struct sockaddr *addr, socklen_t *len)
 VS_EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 {
     VS_REAL_READY();
+    VS_PASS_IF_SANDBOXED(vs_real.accept4(fd, addr, len, flags));
     struct vs_sock *s = vs_fd_get(fd);
     int r = vs_real.accept4(fd, addr, len, flags);
     if (r < 0 && s)
@@ -120,6 +126,7 @@ VS_EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 VS_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
 {
     VS_REAL_READY();
+    VS_PASS_IF_SANDBOXED(vs_real.connect(fd, addr, len));
     struct vs_sock *s = vs_fd_get(fd);
     int r = vs_real.connect(fd, addr, len);
     if (!s)
@@ -141,6 +148,7 @@ VS_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
 VS_EXPORT int shutdown(int fd, int how)
 {
     VS_REAL_READY();
+    VS_PASS_IF_SANDBOXED(vs_real.shutdown(fd, how));
     struct vs_sock *s = vs_fd_get(fd);
     if (!s)
         return vs_real.shutdown(fd, how);
@@ -154,23 +162,27 @@ VS_EXPORT int shutdown(int fd, int how)
 VS_EXPORT int getsockopt(int fd, int level, int name, void *value, socklen_t *len)
 {
     VS_REAL_READY();
+    VS_PASS_IF_SANDBOXED(vs_real.getsockopt(fd, level, name, value, len));
     return vs_real.getsockopt(fd, level, name, value, len);
 }
 
 VS_EXPORT int setsockopt(int fd, int level, int name, const void *value, socklen_t len)
 {
     VS_REAL_READY();
+    VS_PASS_IF_SANDBOXED(vs_real.setsockopt(fd, level, name, value, len));
     return vs_real.setsockopt(fd, level, name, value, len);
 }
 
 VS_EXPORT int getsockname(int fd, struct sockaddr *addr, socklen_t *len)
 {
     VS_REAL_READY();
+    VS_PASS_IF_SANDBOXED(vs_real.getsockname(fd, addr, len));
     return vs_real.getsockname(fd, addr, len);
 }
 
 VS_EXPORT int getpeername(int fd, struct sockaddr *addr, socklen_t *len)
 {
     VS_REAL_READY();
+    VS_PASS_IF_SANDBOXED(vs_real.getpeername(fd, addr, len));
     return vs_real.getpeername(fd, addr, len);
 }

@@ -50,6 +50,7 @@
 
 #include "config/log.h"
 #include "core/fdtable.h"
+#include "core/ownfd.h"
 #include "interpose/real.h"
 #include "readiness/epoll.h"
 #include "readiness/wait_common.h"
@@ -194,6 +195,14 @@ static void list_remove(struct rec *r)
 static bool has_records(int epfd)
 {
     return sets && (sets[epfd] || colds[epfd]);
+}
+
+/* In a sandboxed process (core/sandbox.h) a set without records of ours is
+ * the kernel's alone. One that held records when the filter went in is
+ * still translated: its kernel registrations carry our tags. */
+static bool pass_through(int epfd)
+{
+    return vs_sandboxed() && !(epfd >= 0 && epfd < MAX_EPFD && has_records(epfd));
 }
 
 static void rec_link(struct rec *r)
@@ -385,7 +394,9 @@ static bool kick_ready(int epfd)
         return true;
     int k = atomic_load(&kick_fd);
     if (k < 0) {
-        k = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        /* Its owner is this file: a program taking the number goes through
+         * vs_epoll_fd_closing first (cold_closing). */
+        k = vs_ownfd_take(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK), &kick_fd, NULL);
         if (k < 0)
             return false;
         atomic_store(&kick_fd, k);
@@ -781,6 +792,8 @@ void vs_epoll_watched(int fd)
 VS_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 {
     VS_REAL_READY();
+    if (pass_through(epfd))
+        return vs_real.epoll_ctl(epfd, op, fd, event);
     struct vs_sock *s = vs_fd_get(fd);
     if (!s) {
         if (op == EPOLL_CTL_ADD && fd >= 0 && fd < MAX_EPFD && !nested[fd] && is_epoll_fd(fd))
@@ -827,12 +840,14 @@ static int fresh_epfd(int epfd)
 VS_EXPORT int epoll_create(int size)
 {
     VS_REAL_READY();
+    VS_PASS_IF_SANDBOXED(vs_real.epoll_create(size));
     return fresh_epfd(vs_real.epoll_create(size));
 }
 
 VS_EXPORT int epoll_create1(int flags)
 {
     VS_REAL_READY();
+    VS_PASS_IF_SANDBOXED(vs_real.epoll_create1(flags));
     return fresh_epfd(vs_real.epoll_create1(flags));
 }
 
@@ -1122,6 +1137,8 @@ static int do_wait(int epfd, struct epoll_event *events, int max, long timeout_n
 VS_EXPORT int epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout)
 {
     VS_REAL_READY();
+    if (pass_through(epfd))
+        return vs_real.epoll_wait(epfd, events, maxevents, timeout);
     return do_wait(epfd, events, maxevents, timeout < 0 ? -1 : timeout * 1000000L, NULL);
 }
 
@@ -1129,6 +1146,8 @@ VS_EXPORT int epoll_pwait(int epfd, struct epoll_event *events, int maxevents, i
                           const sigset_t *sigmask)
 {
     VS_REAL_READY();
+    if (pass_through(epfd))
+        return vs_real.epoll_pwait(epfd, events, maxevents, timeout, sigmask);
     return do_wait(epfd, events, maxevents, timeout < 0 ? -1 : timeout * 1000000L, sigmask);
 }
 
@@ -1136,6 +1155,8 @@ VS_EXPORT int epoll_pwait2(int epfd, struct epoll_event *events, int maxevents,
                            const struct timespec *timeout, const sigset_t *sigmask)
 {
     VS_REAL_READY();
+    if (pass_through(epfd))
+        return vs_real.epoll_pwait2(epfd, events, maxevents, timeout, sigmask);
     return do_wait(epfd, events, maxevents,
                    timeout ? timeout->tv_sec * 1000000000L + timeout->tv_nsec : -1, sigmask);
 }

@@ -175,6 +175,7 @@ int vs_poll(struct pollfd *fds, nfds_t nfds, long timeout_ns, const sigset_t *si
 VS_EXPORT int poll(struct pollfd *fds, nfds_t nfds, int timeout)
 {
     VS_REAL_READY();
+    VS_PASS_IF_SANDBOXED(vs_real.poll(fds, nfds, timeout));
     return vs_poll(fds, nfds, timeout < 0 ? -1 : timeout * 1000000L, NULL);
 }
 
@@ -182,6 +183,7 @@ VS_EXPORT int ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec *time
                     const sigset_t *sigmask)
 {
     VS_REAL_READY();
+    VS_PASS_IF_SANDBOXED(vs_real.ppoll(fds, nfds, timeout, sigmask));
     return vs_poll(fds, nfds, timeout ? timeout->tv_sec * 1000000000L + timeout->tv_nsec : -1,
                    sigmask);
 }
@@ -252,6 +254,7 @@ static int select_translated(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, long 
 VS_EXPORT int select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, struct timeval *timeout)
 {
     VS_REAL_READY();
+    VS_PASS_IF_SANDBOXED(vs_real.select(nfds, rd, wr, ex, timeout));
     if (nfds <= 0 || nfds > FD_SETSIZE || !any_translated(nfds, rd, wr, ex))
         return vs_real.select(nfds, rd, wr, ex, timeout);
     long ns = timeout ? timeout->tv_sec * 1000000000L + timeout->tv_usec * 1000L : -1;
@@ -262,6 +265,7 @@ VS_EXPORT int pselect(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, const struct
                       const sigset_t *sigmask)
 {
     VS_REAL_READY();
+    VS_PASS_IF_SANDBOXED(vs_real.pselect(nfds, rd, wr, ex, timeout, sigmask));
     if (nfds <= 0 || nfds > FD_SETSIZE || !any_translated(nfds, rd, wr, ex))
         return vs_real.pselect(nfds, rd, wr, ex, timeout, sigmask);
     long ns = timeout ? timeout->tv_sec * 1000000000L + timeout->tv_nsec : -1;

@@ -39,8 +39,10 @@ static void test_load_valid(void)
     setenv("VSOCKET_STATS_MAX", "100", 1);
     setenv("VSOCKET_STATS_DIR", "/tmp", 1);
     setenv("VSOCKET_FOLLOW_EXEC", "no", 1);
+    setenv("VSOCKET_FD_FLOOR", "0", 1);
     struct vs_config c;
     vs_config_load(&c);
+    CHECK_EQ(c.fd_floor, 0);
     CHECK(c.transports_set);
     CHECK_EQ(c.log_level, VS_LOG_NONE);
     CHECK(!c.stats);
@@ -57,9 +59,11 @@ static void test_load_invalid(void)
     setenv("VSOCKET_STATS", "maybe", 1);
     setenv("VSOCKET_STATS_MAX", "12abc", 1);
     setenv("VSOCKET_FOLLOW_EXEC", "", 1);
+    setenv("VSOCKET_FD_FLOOR", "-1", 1);
     struct vs_config c, d;
     vs_config_load(&c);
     vs_config_defaults(&d);
+    CHECK_EQ(c.fd_floor, -1); /* automatic */
     CHECK_EQ(c.transports, d.transports);
     CHECK(!c.transports_set);
     CHECK_EQ(c.log_level, d.log_level);

@@ -13,6 +13,7 @@
 #include "config/config.h"
 #include "config/log.h"
 #include "core/fdtable.h"
+#include "core/ownfd.h"
 #include "core/reason.h"
 #include "core/sock.h"
 #include "interpose/real.h"
@@ -85,8 +86,8 @@ struct vs_shm_conn *vs_shm_conn_new(bool accepter, int fd, const struct sockaddr
     /* A new anonymous mapping is zero: locks free, flags false. */
     atomic_store(&c->holders, 1);
     c->accepter = accepter;
-    c->chan = -1;
-    c->rendezvous = -1;
+    c->chan = c->chan_no = -1;
+    c->rendezvous = c->rendezvous_no = -1;
     c->rx.fd = c->tx.fd = -1;
     c->deadline_ns = vs_shm_now_ns() + (accepter ? 1000000000L : 2000000000L);
     socklen_t llen = sizeof(c->local), plen = sizeof(c->peer);
@@ -109,10 +110,16 @@ void vs_shm_conn_free(struct vs_shm_conn *c)
     munmap(c, sizeof(*c));
 }
 
-static void close_fd(int *fd)
+static void fd_lost(void *owner, int fd);
+
+int vs_shm_own_fd(struct vs_shm_conn *c, int fd)
 {
-    if (*fd >= 0)
-        syscall(SYS_close, *fd);
+    return vs_ownfd_take(fd, c, fd_lost);
+}
+
+void vs_shm_close_own(struct vs_shm_conn *c, int *fd)
+{
+    vs_ownfd_close(*fd, c);
     *fd = -1;
 }
 
@@ -120,8 +127,8 @@ void vs_shm_conn_fail(struct vs_shm_conn *c, const char *reason)
 {
     if (!c->fail_reason)
         c->fail_reason = reason;
-    close_fd(&c->rendezvous);
-    close_fd(&c->chan);
+    vs_shm_close_own(c, &c->rendezvous);
+    vs_shm_close_own(c, &c->chan);
     vs_shm_bump(c);
     atomic_store_explicit(&c->hs, VS_HS_FAILED, memory_order_release);
 }
@@ -144,16 +151,18 @@ void vs_shm_release(struct vs_sock *s)
     if (last && c->chan >= 0)
         vs_shm_send_msg(c, VS_MSG_WAKE, 0, 0);
     /* The state is shared with the other holders (fork): only our own
-     * mappings and descriptors go, through private copies. */
+     * mappings and descriptors go, through private copies. Our copies of
+     * descriptors another holder closed are known by their numbers only. */
     struct vs_ring rx = c->rx, tx = c->tx;
-    int chan = c->chan, rendezvous = c->rendezvous;
+    int fds[] = {c->chan, c->rendezvous, c->chan_no, c->rendezvous_no, rx.fd};
+    rx.fd = -1;
     vs_plock_unlock(&c->ctl_lock);
     if (tx_ready)
         vs_ring_destroy(&tx);
     if (rx_ready)
         vs_ring_destroy(&rx);
-    close_fd(&chan);
-    close_fd(&rendezvous);
+    for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
+        vs_shm_close_own(c, &fds[i]);
     munmap(c, sizeof(*c));
 }
 
@@ -201,6 +210,22 @@ static void leave_locked(struct vs_shm_conn *c, const char *reason)
         vs_shm_conn_fail(c, reason);
 }
 
+/* The program is taking one of C's numbers (close, dup2 onto it,
+ * close_range): leave the rings while the side channel is still ours; the
+ * program's call closes the number. */
+static void fd_lost(void *owner, int fd)
+{
+    struct vs_shm_conn *c = owner;
+    vs_plock_lock(&c->ctl_lock);
+    if (fd == c->chan || fd == c->rendezvous || fd == c->rx.fd) {
+        vs_info("the program took descriptor %d of a connection's side channel", fd);
+        if (fd == c->rx.fd)
+            c->rx.fd = -1;
+        leave_locked(c, VS_REASON_FD_TAKEN);
+    }
+    vs_plock_unlock(&c->ctl_lock);
+}
+
 void vs_shm_leave(struct vs_sock *s, int fd, const char *reason)
 {
     struct vs_shm_conn *c = s->shm;
@@ -213,21 +238,33 @@ void vs_shm_leave(struct vs_sock *s, int fd, const char *reason)
     vs_shm_sync(s, fd);
 }
 
-/* exec keeps a descriptor unless it is close-on-exec: only connections the
- * new image inherits must leave the rings. */
-static void leave_if_inherited(int fd, struct vs_sock *s, void *arg)
+struct leave_all {
+    const char *reason;
+    bool inherited_only; /* exec keeps only descriptors without close-on-exec */
+};
+
+static void leave_one(int fd, struct vs_sock *s, void *arg)
 {
-    (void)arg;
+    const struct leave_all *how = arg;
     struct vs_shm_conn *c = s->shm;
-    long fl = syscall(SYS_fcntl, fd, F_GETFD);
-    if (!c || fl < 0 || (fl & FD_CLOEXEC))
+    if (!c)
         return;
+    if (how->inherited_only) {
+        long fl = syscall(SYS_fcntl, fd, F_GETFD);
+        if (fl < 0 || (fl & FD_CLOEXEC))
+            return;
+    }
     vs_plock_lock(&c->ctl_lock);
-    leave_locked(c, "left-by-exec");
+    leave_locked(c, how->reason);
     vs_plock_unlock(&c->ctl_lock);
 }
 
 void vs_shm_before_exec(void)
 {
-    vs_fd_for_each(leave_if_inherited, NULL);
+    vs_fd_for_each(leave_one, &(struct leave_all){"left-by-exec", true});
+}
+
+void vs_shm_leave_all(const char *reason)
+{
+    vs_fd_for_each(leave_one, &(struct leave_all){reason, false});
 }

@@ -34,9 +34,12 @@ struct vs_shm_conn {
     /* Bumped whenever what a poll set must watch changes (event fd, switch). */
     _Atomic uint32_t gen;
     bool accepter;
-    const char *fail_reason;    /* (ctl) a static string */
-    int chan;                   /* side channel, -1 until open (ctl) */
-    int rendezvous;             /* connector's listening socket, -1 when closed (ctl) */
+    const char *fail_reason; /* (ctl) a static string */
+    int chan;                /* side channel, -1 until open (ctl) */
+    int rendezvous;          /* connector's listening socket, -1 when closed (ctl) */
+    /* The numbers chan and rendezvous were last opened under, kept when
+     * they go to -1: another holder (fork) closes its own copies at release. */
+    int chan_no, rendezvous_no;
     long deadline_ns;           /* give up the handshake after this (ctl) */
     long caller_deadline_ns;    /* connector: the current caller must say HELLO by then (ctl) */
     _Atomic bool tcp_data_seen; /* bytes or EOF came on TCP before the handshake ended */
@@ -85,6 +88,11 @@ struct vs_shm_conn *vs_shm_conn_new(bool accepter, int fd, const struct sockaddr
                                     socklen_t len);
 void vs_shm_conn_free(struct vs_shm_conn *c); /* one never attached to a socket */
 void vs_shm_conn_fail(struct vs_shm_conn *c, const char *reason); /* (ctl) */
+/* FD, just opened for C, becomes one of vsocket's own (core/ownfd.h): the
+ * number to use from now on. */
+int vs_shm_own_fd(struct vs_shm_conn *c, int fd);
+/* Closes *FD unless the program took the number, and sets it to -1. */
+void vs_shm_close_own(struct vs_shm_conn *c, int *fd);
 uint64_t vs_shm_ring_capacity(int fd);
 
 /* handshake.c: advance the handshake without blocking (takes ctl_lock if

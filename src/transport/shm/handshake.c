@@ -93,7 +93,7 @@ int vs_shm_rendezvous_listen(struct vs_shm_conn *c)
         syscall(SYS_close, fd);
         return -err;
     }
-    c->rendezvous = fd;
+    c->rendezvous = c->rendezvous_no = vs_shm_own_fd(c, fd);
     return 0;
 }
 
@@ -260,6 +260,8 @@ static int create_rx_ring(struct vs_shm_conn *c, int fd)
     int rc = vs_ring_create(&c->rx, vs_shm_ring_capacity(fd), VS_RING_CONSUMER);
     if (rc < 0)
         return rc;
+    /* Kept until the peer has it, maybe across calls. */
+    c->rx.fd = vs_shm_own_fd(c, c->rx.fd);
     c->rx.futex_signal = false;
     return 0;
 }
@@ -299,7 +301,7 @@ static void finish(struct vs_shm_conn *c)
 static void accepter_connect(struct vs_shm_conn *c, int fd)
 {
     bool data_seen = atomic_load(&c->tcp_data_seen);
-    if (c->chan < 0 && (c->chan = unix_socket()) < 0)
+    if (c->chan < 0 && (c->chan = c->chan_no = vs_shm_own_fd(c, unix_socket())) < 0)
         return vs_shm_conn_fail(c, "no-resources");
     struct sockaddr_un un;
     socklen_t len = rendezvous_name(c, &un);
@@ -329,7 +331,7 @@ static void connector_accept(struct vs_shm_conn *c)
         if (chan < 0)
             break;
         if (peer_uid_ok(chan)) {
-            c->chan = chan;
+            c->chan = c->chan_no = vs_shm_own_fd(c, chan);
             c->caller_deadline_ns = vs_shm_now_ns() + CALLER_PATIENCE_NS;
             vs_shm_bump(c);
             atomic_store(&c->hs, VS_HS_WAIT_HELLO);
@@ -349,7 +351,7 @@ static void connector_accept(struct vs_shm_conn *c)
 static void connector_reject(struct vs_shm_conn *c, const char *why)
 {
     vs_info("shm: rendezvous caller rejected: %s", why);
-    close_fd(&c->chan);
+    vs_shm_close_own(c, &c->chan);
     vs_shm_bump(c);
     atomic_store(&c->hs, VS_HS_LISTEN);
 }
@@ -368,7 +370,7 @@ static void connector_hello(struct vs_shm_conn *c, int fd, const struct vs_shm_m
         return decline(c, "no-resources");
     struct vs_shm_msg ack = make_msg(VS_MSG_HELLO_ACK, c->rx.capacity, (uint64_t)fd);
     int rc = send_with_fds(c, &ack, &c->rx.fd, 1);
-    vs_ring_close_fd(&c->rx);
+    vs_shm_close_own(c, &c->rx.fd);
     atomic_store_explicit(&c->rx_ready, true, memory_order_release);
     if (rc < 0)
         return decline(c, "no-resources");
@@ -417,7 +419,7 @@ static void accepter_ack(struct vs_shm_conn *c, int fd, const struct vs_shm_msg 
         return decline(c, "no-resources");
     struct vs_shm_msg ready = make_msg(VS_MSG_READY, c->rx.capacity, 0);
     rc = send_with_fds(c, &ready, &c->rx.fd, 1);
-    vs_ring_close_fd(&c->rx);
+    vs_shm_close_own(c, &c->rx.fd);
     atomic_store_explicit(&c->rx_ready, true, memory_order_release);
     if (rc < 0)
         return decline(c, "no-resources");
@@ -473,7 +475,7 @@ static int drain_data(struct vs_shm_conn *c)
         return 0;
     for (int i = 0; i < n; i++) {
         if (mh[i].msg_len == 0) { /* the peer hung up: TCP will say how */
-            close_fd(&c->chan);
+            vs_shm_close_own(c, &c->chan);
             vs_shm_bump(c);
             return -1;
         }
@@ -511,7 +513,7 @@ static void drain(struct vs_shm_conn *c, int fd)
             if (hs == VS_HS_WAIT_HELLO)
                 connector_reject(c, "malformed message or hang-up");
             else if (hs == VS_HS_DONE)
-                close_fd(&c->chan); /* the peer left: TCP will say how */
+                vs_shm_close_own(c, &c->chan); /* the peer left: TCP will say how */
             else
                 decline(c, r == -2 ? "declined-by-peer" : "handshake-malformed");
             vs_shm_bump(c);
@@ -558,7 +560,7 @@ void vs_shm_progress(struct vs_shm_conn *c, int fd)
     if (atomic_load(&c->hs) == VS_HS_LISTEN && hs != VS_HS_LISTEN)
         connector_accept(c);
     if (atomic_load(&c->hs) == VS_HS_DONE || atomic_load(&c->hs) == VS_HS_FAILED)
-        close_fd(&c->rendezvous);
+        vs_shm_close_own(c, &c->rendezvous);
     if (atomic_load(&c->hs) != VS_HS_DONE && atomic_load(&c->hs) != VS_HS_FAILED &&
         vs_shm_now_ns() > c->deadline_ns + 1000000000L)
         vs_shm_conn_fail(c, "handshake-timeout");

@@ -93,6 +93,10 @@ void vs_shm_fork_failed(void);
  * both continue on TCP (proto.h: REVERT). */
 void vs_shm_before_exec(void);
 
+/* The same for every connection of the process (a seccomp filter goes in:
+ * core/sandbox.h). */
+void vs_shm_leave_all(const char *reason);
+
 /* The same for one connection, FD, whose bytes are about to move out of
  * our sight (stdio on the socket, splice): REASON shows in the statistics
  * at once. */
