@@ -7,7 +7,7 @@
 #include "core/exec_env.h"
 #include "core/sandbox.h"
 #include "core/sock.h"
-#include "transport/shm/shm.h"
+#include "transport/transport.h"
 #include "interpose/real.h"
 #include "readiness/epoll.h"
 
@@ -37,7 +37,7 @@ __attribute__((destructor)) static void vs_unload(void)
 void vs_fork_prepare(void)
 {
     vs_epoll_fork_prepare();
-    vs_shm_fork_prepare();
+    vs_transports_fork_prepare();
     vs_sock_fork_prepare();
     vs_stats_fork_prepare();
 }
@@ -46,7 +46,7 @@ void vs_fork_parent(void)
 {
     vs_stats_fork_parent();
     vs_sock_fork_parent();
-    vs_shm_fork_parent();
+    vs_transports_fork_parent();
     vs_epoll_fork_parent();
 }
 
@@ -54,6 +54,6 @@ void vs_fork_child(void)
 {
     vs_stats_fork_child();
     vs_sock_fork_child();
-    vs_shm_fork_child();
+    vs_transports_fork_child();
     vs_epoll_fork_child();
 }

@@ -9,7 +9,7 @@
 #include "config/log.h"
 #include "core/fdtable.h"
 #include "core/reason.h"
-#include "transport/shm/shm.h"
+#include "transport/transport.h"
 
 _Atomic bool vs_sandbox_on;
 
@@ -53,7 +53,7 @@ bool vs_sandbox_enter(void)
 {
     if (vs_sandboxed())
         return false;
-    vs_shm_leave_all(VS_REASON_SANDBOXED);
+    vs_transports_leave_all(VS_REASON_SANDBOXED);
     vs_fd_for_each(show_sandboxed, NULL);
     vs_info("a seccomp filter goes in: from now on this process only passes calls on");
     atomic_store(&vs_sandbox_on, true);

@@ -11,7 +11,6 @@
 #include "core/reason.h"
 #include "interpose/real.h"
 #include "memory/pool.h"
-#include "transport/shm/shm.h"
 
 static struct vs_pool pool = VS_POOL_INIT(struct vs_sock, pool_next);
 
@@ -43,11 +42,12 @@ struct vs_sock *vs_sock_new(int fd, int family, int type, int protocol, const ch
     s->type = type;
     s->protocol = protocol;
     s->transport = VS_TRANSPORT_KERNEL;
-    s->shm = NULL;
+    s->ops = NULL;
+    s->conn = NULL;
     static _Atomic uint64_t next_serial = 1;
     s->serial = atomic_fetch_add_explicit(&next_serial, 1, memory_order_relaxed);
     atomic_store(&s->in_epoll_plain, false);
-    s->shm_shown = -1;
+    s->conn_shown = -1;
     atomic_store(&s->state, VS_STATE_OPEN);
     s->stat = vs_stats_open(fd, family, type, s->transport, reason ? reason : kernel_reason(type));
     /* Published last: a racing lookup that finds this recycled object must
@@ -86,7 +86,7 @@ struct vs_sock *vs_sock_adopt(int fd)
                                    : VS_STATE_BOUND;
     vs_sock_set_state(s, fd, state);
     if (state == VS_STATE_CONNECTED && type == SOCK_STREAM &&
-        (vs_config.transports & VS_TRANSPORT_BIT(VS_TRANSPORT_SHM)))
+        (vs_config.transports & ~VS_TRANSPORT_BIT(VS_TRANSPORT_KERNEL)))
         vs_stats_set_reason(s->stat, VS_REASON_INHERITED);
     vs_info("fd %d: adopted an inherited socket (%s)", fd, vs_stats_state_name(state));
     return s;
@@ -95,8 +95,8 @@ struct vs_sock *vs_sock_adopt(int fd)
 void vs_sock_release(struct vs_sock *s)
 {
     int saved_errno = errno;
-    if (s->shm)
-        vs_shm_release(s);
+    if (s->ops)
+        s->ops->release(s);
     vs_stats_close(s->stat);
     vs_pool_free(&pool, s);
     errno = saved_errno;

@@ -22,16 +22,18 @@ struct vs_sock {
      * non-blocking connect. */
     _Atomic int state;
     struct vs_stats_record *stat;
-    /* Same-host transport state (transport/shm), NULL for sockets that can
-     * never leave the kernel. Set once, by connect or accept. */
-    struct vs_shm_conn *shm;
+    /* The transport trying or carrying this connection and its private
+     * state (transport/transport.h); NULL: the kernel alone. Set once, by
+     * connect or accept, and kept after a fall back to TCP. */
+    const struct vs_transport_ops *ops;
+    void *conn;
     /* Put into an epoll set before it could be upgraded: never upgrade it,
      * the kernel registration would not follow. */
     _Atomic bool in_epoll_plain;
     /* One of its fds was closed: no epoll record of it goes cold any more
      * (readiness/epoll.c; its record could outlive the number). */
     _Atomic bool no_cold;
-    int shm_shown; /* the handshake state the statistics show (transport/shm) */
+    int conn_shown; /* the transport's: what the statistics show of the connection */
     /* Unique per socket ever created in this process: tells a socket from a
      * later one that reuses this object (readiness keeps fd -> socket
      * records that may outlive the socket). */
@@ -97,6 +99,19 @@ static inline void vs_sock_count_rx(struct vs_sock *s, int fd, long n, unsigned 
 {
     if (vs_sock_moved(s, fd, n))
         vs_stats_count_rx(s->stat, (size_t)n, msgs);
+}
+
+/* Whether the socket's readiness is its transport's, not the kernel's. */
+static inline bool vs_sock_translated(struct vs_sock *s)
+{
+    return s->ops && s->ops->translated(s);
+}
+
+/* The epoll record that hears of the connection only through its transport
+ * (readiness/epoll.c), or NULL. */
+static inline void *vs_sock_cold_rec(struct vs_sock *s)
+{
+    return s->ops ? s->ops->cold_rec(s) : NULL;
 }
 
 /* Whether vsocket tracks sockets of this domain and type at all. */

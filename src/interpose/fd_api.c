@@ -13,7 +13,7 @@
 #include "core/ownfd.h"
 #include "interpose/real.h"
 #include "readiness/epoll.h"
-#include "transport/shm/shm.h"
+#include "transport/transport.h"
 
 /* The program is about to close FD or put another file there. If the number
  * is one of ours, we let go of it first, while it is still ours (core/ownfd.h). */
@@ -184,7 +184,7 @@ VS_EXPORT int ioctl(int fd, unsigned long request, ...)
         /* Bytes in the rings are out of the kernel's sight. */
         struct vs_sock *s = vs_fd_get(fd);
         int value;
-        bool ours = s && s->shm && arg && vs_shm_ioctl(s, fd, request, &value);
+        bool ours = s && s->ops && arg && s->ops->ioctl(s, fd, request, &value);
         if (s)
             vs_sock_put(s);
         if (ours) {
@@ -196,15 +196,15 @@ VS_EXPORT int ioctl(int fd, unsigned long request, ...)
 }
 
 /* Bytes that libc's stdio or the kernel's splice move never pass through our
- * wrappers: such a connection goes back to TCP first (transport/shm). */
+ * wrappers: such a connection goes back to TCP first (ops->leave). */
 static void leave_rings(int fd, const char *reason)
 {
     struct vs_sock *s = fd >= 0 ? vs_fd_get(fd) : NULL;
     if (!s)
         return;
     int saved_errno = errno;
-    if (s->shm)
-        vs_shm_leave(s, fd, reason);
+    if (s->ops)
+        s->ops->leave(s, fd, reason);
     vs_sock_put(s);
     errno = saved_errno;
 }

@@ -1,15 +1,15 @@
 /* io_api.c - the data path: read/write, send/recv families, sendfile.
  *
  * Each wrapper looks the fd up (lock-free), lets the socket's transport move
- * the bytes (the kernel, or transport/shm for a connection that may be on
- * the rings: s->shm) and counts what moved. An fd that is not a tracked
+ * the bytes (the kernel, or the transport that took the connection over:
+ * s->ops) and counts what moved. An fd that is not a tracked
  * socket costs one table lookup. */
 #include <errno.h>
 #include <sys/sendfile.h>
 
 #include "core/fdtable.h"
 #include "interpose/real.h"
-#include "transport/shm/shm.h"
+#include "transport/transport.h"
 
 /* Counting after the call; preserves errno. MSG_PEEK reads nothing. */
 static ssize_t done_rx(struct vs_sock *s, int fd, ssize_t n, int flags)
@@ -27,25 +27,25 @@ static ssize_t done_tx(struct vs_sock *s, int fd, ssize_t n)
     return n;
 }
 
-/* The shm transport takes every call as a msghdr. */
-static ssize_t shm_recv(struct vs_sock *s, int fd, const struct iovec *iov, size_t iovcnt,
-                        int flags, struct sockaddr *addr, socklen_t *addrlen)
+/* A transport takes every call as a msghdr. */
+static ssize_t conn_recv(struct vs_sock *s, int fd, const struct iovec *iov, size_t iovcnt,
+                         int flags, struct sockaddr *addr, socklen_t *addrlen)
 {
     struct msghdr m = {.msg_name = addr,
                        .msg_namelen = addr && addrlen ? *addrlen : 0,
                        .msg_iov = (struct iovec *)iov,
                        .msg_iovlen = iovcnt};
-    ssize_t n = vs_shm_recvmsg(s, fd, &m, flags);
+    ssize_t n = s->ops->recvmsg(s, fd, &m, flags);
     if (n >= 0 && addr && addrlen)
         *addrlen = m.msg_namelen;
     return n;
 }
 
-static ssize_t shm_send(struct vs_sock *s, int fd, const struct iovec *iov, size_t iovcnt,
-                        int flags)
+static ssize_t conn_send(struct vs_sock *s, int fd, const struct iovec *iov, size_t iovcnt,
+                         int flags)
 {
     struct msghdr m = {.msg_iov = (struct iovec *)iov, .msg_iovlen = iovcnt};
-    return vs_shm_sendmsg(s, fd, &m, flags);
+    return s->ops->sendmsg(s, fd, &m, flags);
 }
 
 VS_EXPORT ssize_t read(int fd, void *buf, size_t len)
@@ -53,9 +53,9 @@ VS_EXPORT ssize_t read(int fd, void *buf, size_t len)
     VS_REAL_READY();
     VS_PASS_IF_SANDBOXED(vs_real.read(fd, buf, len));
     struct vs_sock *s = vs_fd_get(fd);
-    if (s && s->shm) {
+    if (s && s->ops) {
         struct iovec iov = {buf, len};
-        return done_rx(s, fd, shm_recv(s, fd, &iov, 1, 0, NULL, NULL), 0);
+        return done_rx(s, fd, conn_recv(s, fd, &iov, 1, 0, NULL, NULL), 0);
     }
     ssize_t n = vs_real.read(fd, buf, len);
     return s ? done_rx(s, fd, n, 0) : n;
@@ -66,9 +66,9 @@ VS_EXPORT ssize_t write(int fd, const void *buf, size_t len)
     VS_REAL_READY();
     VS_PASS_IF_SANDBOXED(vs_real.write(fd, buf, len));
     struct vs_sock *s = vs_fd_get(fd);
-    if (s && s->shm) {
+    if (s && s->ops) {
         struct iovec iov = {(void *)buf, len};
-        return done_tx(s, fd, shm_send(s, fd, &iov, 1, 0));
+        return done_tx(s, fd, conn_send(s, fd, &iov, 1, 0));
     }
     ssize_t n = vs_real.write(fd, buf, len);
     return s ? done_tx(s, fd, n) : n;
@@ -79,8 +79,8 @@ VS_EXPORT ssize_t readv(int fd, const struct iovec *iov, int iovcnt)
     VS_REAL_READY();
     VS_PASS_IF_SANDBOXED(vs_real.readv(fd, iov, iovcnt));
     struct vs_sock *s = vs_fd_get(fd);
-    if (s && s->shm && iovcnt >= 0)
-        return done_rx(s, fd, shm_recv(s, fd, iov, (size_t)iovcnt, 0, NULL, NULL), 0);
+    if (s && s->ops && iovcnt >= 0)
+        return done_rx(s, fd, conn_recv(s, fd, iov, (size_t)iovcnt, 0, NULL, NULL), 0);
     ssize_t n = vs_real.readv(fd, iov, iovcnt);
     return s ? done_rx(s, fd, n, 0) : n;
 }
@@ -90,8 +90,8 @@ VS_EXPORT ssize_t writev(int fd, const struct iovec *iov, int iovcnt)
     VS_REAL_READY();
     VS_PASS_IF_SANDBOXED(vs_real.writev(fd, iov, iovcnt));
     struct vs_sock *s = vs_fd_get(fd);
-    if (s && s->shm && iovcnt >= 0)
-        return done_tx(s, fd, shm_send(s, fd, iov, (size_t)iovcnt, 0));
+    if (s && s->ops && iovcnt >= 0)
+        return done_tx(s, fd, conn_send(s, fd, iov, (size_t)iovcnt, 0));
     ssize_t n = vs_real.writev(fd, iov, iovcnt);
     return s ? done_tx(s, fd, n) : n;
 }
@@ -101,9 +101,9 @@ VS_EXPORT ssize_t recv(int fd, void *buf, size_t len, int flags)
     VS_REAL_READY();
     VS_PASS_IF_SANDBOXED(vs_real.recv(fd, buf, len, flags));
     struct vs_sock *s = vs_fd_get(fd);
-    if (s && s->shm) {
+    if (s && s->ops) {
         struct iovec iov = {buf, len};
-        return done_rx(s, fd, shm_recv(s, fd, &iov, 1, flags, NULL, NULL), flags);
+        return done_rx(s, fd, conn_recv(s, fd, &iov, 1, flags, NULL, NULL), flags);
     }
     ssize_t n = vs_real.recv(fd, buf, len, flags);
     return s ? done_rx(s, fd, n, flags) : n;
@@ -115,9 +115,9 @@ VS_EXPORT ssize_t recvfrom(int fd, void *buf, size_t len, int flags, struct sock
     VS_REAL_READY();
     VS_PASS_IF_SANDBOXED(vs_real.recvfrom(fd, buf, len, flags, addr, addrlen));
     struct vs_sock *s = vs_fd_get(fd);
-    if (s && s->shm) {
+    if (s && s->ops) {
         struct iovec iov = {buf, len};
-        return done_rx(s, fd, shm_recv(s, fd, &iov, 1, flags, addr, addrlen), flags);
+        return done_rx(s, fd, conn_recv(s, fd, &iov, 1, flags, addr, addrlen), flags);
     }
     ssize_t n = vs_real.recvfrom(fd, buf, len, flags, addr, addrlen);
     return s ? done_rx(s, fd, n, flags) : n;
@@ -128,8 +128,8 @@ VS_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
     VS_REAL_READY();
     VS_PASS_IF_SANDBOXED(vs_real.recvmsg(fd, msg, flags));
     struct vs_sock *s = vs_fd_get(fd);
-    if (s && s->shm)
-        return done_rx(s, fd, vs_shm_recvmsg(s, fd, msg, flags), flags);
+    if (s && s->ops)
+        return done_rx(s, fd, s->ops->recvmsg(s, fd, msg, flags), flags);
     ssize_t n = vs_real.recvmsg(fd, msg, flags);
     return s ? done_rx(s, fd, n, flags) : n;
 }
@@ -145,11 +145,11 @@ static size_t mmsg_bytes(const struct mmsghdr *v, int n)
 
 /* Stream sockets have no message boundaries: each entry takes what a
  * recvmsg would, the first one may block, the rest do not. */
-static int shm_recvmmsg(struct vs_sock *s, int fd, struct mmsghdr *vec, unsigned vlen, int flags)
+static int conn_recvmmsg(struct vs_sock *s, int fd, struct mmsghdr *vec, unsigned vlen, int flags)
 {
     unsigned i = 0;
     for (; i < vlen; i++) {
-        ssize_t n = vs_shm_recvmsg(s, fd, &vec[i].msg_hdr, i ? flags | MSG_DONTWAIT : flags);
+        ssize_t n = s->ops->recvmsg(s, fd, &vec[i].msg_hdr, i ? flags | MSG_DONTWAIT : flags);
         if (n < 0)
             return i ? (int)i : -1;
         vec[i].msg_len = (unsigned)n;
@@ -159,11 +159,11 @@ static int shm_recvmmsg(struct vs_sock *s, int fd, struct mmsghdr *vec, unsigned
     return (int)i;
 }
 
-static int shm_sendmmsg(struct vs_sock *s, int fd, struct mmsghdr *vec, unsigned vlen, int flags)
+static int conn_sendmmsg(struct vs_sock *s, int fd, struct mmsghdr *vec, unsigned vlen, int flags)
 {
     unsigned i = 0;
     for (; i < vlen; i++) {
-        ssize_t n = vs_shm_sendmsg(s, fd, &vec[i].msg_hdr, flags);
+        ssize_t n = s->ops->sendmsg(s, fd, &vec[i].msg_hdr, flags);
         if (n < 0)
             return i ? (int)i : -1;
         vec[i].msg_len = (unsigned)n;
@@ -177,7 +177,7 @@ VS_EXPORT int recvmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flags
     VS_REAL_READY();
     VS_PASS_IF_SANDBOXED(vs_real.recvmmsg(fd, vec, vlen, flags, timeout));
     struct vs_sock *s = vs_fd_get(fd);
-    int n = s && s->shm ? shm_recvmmsg(s, fd, vec, vlen, flags)
+    int n = s && s->ops ? conn_recvmmsg(s, fd, vec, vlen, flags)
                         : vs_real.recvmmsg(fd, vec, vlen, flags, timeout);
     if (s) {
         if (n > 0 && !(flags & MSG_PEEK))
@@ -192,9 +192,9 @@ VS_EXPORT ssize_t send(int fd, const void *buf, size_t len, int flags)
     VS_REAL_READY();
     VS_PASS_IF_SANDBOXED(vs_real.send(fd, buf, len, flags));
     struct vs_sock *s = vs_fd_get(fd);
-    if (s && s->shm) {
+    if (s && s->ops) {
         struct iovec iov = {(void *)buf, len};
-        return done_tx(s, fd, shm_send(s, fd, &iov, 1, flags));
+        return done_tx(s, fd, conn_send(s, fd, &iov, 1, flags));
     }
     ssize_t n = vs_real.send(fd, buf, len, flags);
     return s ? done_tx(s, fd, n) : n;
@@ -206,10 +206,10 @@ VS_EXPORT ssize_t sendto(int fd, const void *buf, size_t len, int flags,
     VS_REAL_READY();
     VS_PASS_IF_SANDBOXED(vs_real.sendto(fd, buf, len, flags, addr, addrlen));
     struct vs_sock *s = vs_fd_get(fd);
-    if (s && s->shm) {
+    if (s && s->ops) {
         /* A connected stream socket ignores the address, as the kernel does. */
         struct iovec iov = {(void *)buf, len};
-        return done_tx(s, fd, shm_send(s, fd, &iov, 1, flags));
+        return done_tx(s, fd, conn_send(s, fd, &iov, 1, flags));
     }
     ssize_t n = vs_real.sendto(fd, buf, len, flags, addr, addrlen);
     return s ? done_tx(s, fd, n) : n;
@@ -220,8 +220,8 @@ VS_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
     VS_REAL_READY();
     VS_PASS_IF_SANDBOXED(vs_real.sendmsg(fd, msg, flags));
     struct vs_sock *s = vs_fd_get(fd);
-    if (s && s->shm)
-        return done_tx(s, fd, vs_shm_sendmsg(s, fd, msg, flags));
+    if (s && s->ops)
+        return done_tx(s, fd, s->ops->sendmsg(s, fd, msg, flags));
     ssize_t n = vs_real.sendmsg(fd, msg, flags);
     return s ? done_tx(s, fd, n) : n;
 }
@@ -231,7 +231,7 @@ VS_EXPORT int sendmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flags
     VS_REAL_READY();
     VS_PASS_IF_SANDBOXED(vs_real.sendmmsg(fd, vec, vlen, flags));
     struct vs_sock *s = vs_fd_get(fd);
-    int n = s && s->shm ? shm_sendmmsg(s, fd, vec, vlen, flags)
+    int n = s && s->ops ? conn_sendmmsg(s, fd, vec, vlen, flags)
                         : vs_real.sendmmsg(fd, vec, vlen, flags);
     if (s) {
         if (n > 0)
@@ -247,8 +247,8 @@ VS_EXPORT ssize_t sendfile(int out_fd, int in_fd, off_t *offset, size_t count)
     VS_REAL_READY();
     VS_PASS_IF_SANDBOXED(vs_real.sendfile(out_fd, in_fd, offset, count));
     struct vs_sock *s = vs_fd_get(out_fd);
-    if (s && s->shm)
-        return done_tx(s, out_fd, vs_shm_sendfile(s, out_fd, in_fd, offset, count));
+    if (s && s->ops)
+        return done_tx(s, out_fd, s->ops->sendfile(s, out_fd, in_fd, offset, count));
     ssize_t n = vs_real.sendfile(out_fd, in_fd, offset, count);
     return s ? done_tx(s, out_fd, n) : n;
 }
@@ -258,8 +258,8 @@ VS_EXPORT ssize_t sendfile64(int out_fd, int in_fd, off64_t *offset, size_t coun
     VS_REAL_READY();
     VS_PASS_IF_SANDBOXED(vs_real.sendfile64(out_fd, in_fd, offset, count));
     struct vs_sock *s = vs_fd_get(out_fd);
-    if (s && s->shm)
-        return done_tx(s, out_fd, vs_shm_sendfile(s, out_fd, in_fd, offset, count));
+    if (s && s->ops)
+        return done_tx(s, out_fd, s->ops->sendfile(s, out_fd, in_fd, offset, count));
     ssize_t n = vs_real.sendfile64(out_fd, in_fd, offset, count);
     return s ? done_tx(s, out_fd, n) : n;
 }

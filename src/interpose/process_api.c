@@ -17,7 +17,7 @@
 #include "core/exec_env.h"
 #include "core/init.h"
 #include "interpose/real.h"
-#include "transport/shm/shm.h"
+#include "transport/transport.h"
 
 VS_EXPORT pid_t fork(void)
 {
@@ -31,7 +31,7 @@ VS_EXPORT pid_t fork(void)
     else
         vs_fork_parent();
     if (pid < 0)
-        vs_shm_fork_failed();
+        vs_transports_fork_failed();
     errno = saved_errno;
     return pid;
 }
@@ -83,7 +83,7 @@ VS_EXPORT int daemon(int nochdir, int noclose)
 #define EXEC_WITH_ENV(envp, exec)                                                                  \
     do {                                                                                           \
         struct vs_exec_env built;                                                                  \
-        vs_shm_before_exec();                                                                      \
+        vs_transports_before_exec();                                                               \
         if (!vs_exec_env_build((envp), &built))                                                    \
             built.env = (char **)(envp), built.preload = NULL;                                     \
         char *const *env = built.env;                                                              \
@@ -196,7 +196,10 @@ VS_EXPORT int prctl(int option, ...)
     INSTALL_FILTER(option == PR_SET_SECCOMP, vs_real.prctl(option, a[0], a[1], a[2], a[3]));
 }
 
-/* libseccomp and most runtimes install filters with syscall(SYS_seccomp). */
+/* libseccomp and most runtimes install filters with syscall(SYS_seccomp).
+ * libvsocket's own raw system calls bind here too (we are first in the
+ * lookup order): a few instructions more, and no recursion, since the call
+ * goes on to libc's. */
 VS_EXPORT long syscall(long number, ...)
 {
     VS_REAL_READY();

@@ -2,7 +2,7 @@
  *
  * These wrappers call libc and keep the fd table and the statistics in step
  * with what the kernel did. connect and accept also offer a TCP connection
- * to the same-host transport (transport/shm), which upgrades it when the
+ * to the transports (transport/registry.c), which upgrade it when the
  * process at the other end runs vsocket too. */
 #include <errno.h>
 
@@ -10,7 +10,7 @@
 #include "core/fdtable.h"
 #include "core/reason.h"
 #include "interpose/real.h"
-#include "transport/shm/shm.h"
+#include "transport/transport.h"
 
 #define SOCK_TYPE_MASK 0xf
 
@@ -93,7 +93,7 @@ static int track_accepted(struct vs_sock *listener, int fd)
     struct vs_sock *s = vs_sock_new(fd, listener->family, listener->type, listener->protocol, NULL);
     if (s) {
         vs_sock_set_state(s, fd, VS_STATE_CONNECTED);
-        vs_shm_on_accept(s, fd);
+        vs_transports_offer_accept(s, fd);
         vs_fd_set(fd, s);
     }
     vs_sock_put(listener);
@@ -139,7 +139,7 @@ VS_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
     else if (errno == EINPROGRESS)
         vs_sock_set_state(s, fd, VS_STATE_CONNECTING);
     if (r == 0 || errno == EINPROGRESS)
-        vs_shm_on_connect(s, fd, addr, len);
+        vs_transports_offer_connect(s, fd, addr, len);
     vs_sock_put(s);
     errno = saved_errno;
     return r;
@@ -152,7 +152,7 @@ VS_EXPORT int shutdown(int fd, int how)
     struct vs_sock *s = vs_fd_get(fd);
     if (!s)
         return vs_real.shutdown(fd, how);
-    int r = s->shm ? vs_shm_shutdown(s, fd, how) : vs_real.shutdown(fd, how);
+    int r = s->ops ? s->ops->shutdown(s, fd, how) : vs_real.shutdown(fd, how);
     int saved_errno = errno;
     vs_sock_put(s);
     errno = saved_errno;

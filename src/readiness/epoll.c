@@ -1,12 +1,13 @@
-/* epoll.c - epoll sets holding sockets that may be on the rings.
+/* epoll.c - epoll sets holding sockets whose readiness a transport translates.
  *
- * A socket with a shm connection gets a record per epoll set it is in. The
- * kernel set holds, in its place, its TCP fd (with the events that still
- * mean something there) and its side channel, both tagged with the record's
- * address instead of the user's data; epoll_wait translates what the kernel
- * reports and adds what the rings say (no system call), so the readiness the
- * application sees is the socket's, with its own data. Sockets without a
- * shm connection stay plain kernel registrations, untouched.
+ * A socket a transport took over (s->ops, transport/transport.h) gets a
+ * record per epoll set it is in. The kernel set holds, in its place, its TCP
+ * fd (with the events that still mean something there) and the transport's
+ * watch fd (shm: the side channel), both tagged with the record's address
+ * instead of the user's data; epoll_wait translates what the kernel reports
+ * and adds what the transport says from memory (poll_fast: no system call),
+ * so the readiness the application sees is the socket's, with its own data.
+ * Other sockets stay plain kernel registrations, untouched.
  *
  * An epoll set watched by another epoll set (or by poll) is "nested": the
  * outer wait cannot scan its rings, so its records stay armed for as long
@@ -48,13 +49,13 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "config/log.h"
 #include "core/fdtable.h"
 #include "core/ownfd.h"
 #include "interpose/real.h"
 #include "readiness/epoll.h"
 #include "readiness/wait_common.h"
-#include "transport/shm/shm.h"
 
 #define REC_MAGIC 0x7265637670657376ull /* "vsepvcer" */
 #define REGION_SIZE (32ul << 20)
@@ -73,13 +74,13 @@ struct rec {
     uint64_t serial;
     uint32_t events; /* the user's, flags included */
     epoll_data_t data;
-    unsigned gen;        /* vs_shm_generation() the kernel registrations follow */
+    unsigned gen;        /* ops->generation() the kernel registrations follow */
     int watch;           /* watch fd registered in the kernel set, or -1 */
     bool watch_own;      /* registered by this record (not a dup's: EEXIST) */
     uint32_t kev;        /* events of the TCP fd's kernel registration */
     bool disabled;       /* EPOLLONESHOT fired, or dormant */
     bool dormant;        /* deleted by the user; kernel registrations kept */
-    unsigned perm;       /* armed for good (nested set, cold): what vs_shm_arm() returned */
+    unsigned perm;       /* armed for good (nested set, cold): what ops->arm() returned */
     bool cold;           /* in the set's cold list: see the top of this file */
     _Atomic bool kicked; /* cold, and its news was read elsewhere */
     long quiet_since;    /* when it last had something to report */
@@ -304,7 +305,7 @@ static enum tag untag(uint64_t v, int epfd, struct rec **r, bool *watch)
 static struct vs_sock *rec_sock(struct rec *r)
 {
     struct vs_sock *s = vs_fd_get(r->fd);
-    if (s && s == r->sock && s->serial == r->serial && s->shm)
+    if (s && s == r->sock && s->serial == r->serial && s->ops)
         return s;
     if (s)
         vs_sock_put(s);
@@ -321,7 +322,7 @@ static uint32_t tcp_events(struct vs_sock *s, const struct rec *r)
     if (r->disabled)
         return 0;
     unsigned want = r->events & (EPOLLIN | EPOLLPRI | EPOLLOUT | EPOLLRDHUP);
-    return vs_shm_tcp_interest(s, want) | (r->events & (EPOLLET | EPOLLWAKEUP));
+    return s->ops->tcp_interest(s, want) | (r->events & (EPOLLET | EPOLLWAKEUP));
 }
 
 /* Brings the kernel registrations in line with the socket's phase (no
@@ -337,7 +338,7 @@ static void sync_kernel(struct vs_sock *s, struct rec *r, bool rearm)
     /* The old watch fd is never deleted by number: it was closed (which
      * removed it from the set) or still belongs to this connection, and
      * its number may by now name another connection's side channel. */
-    int w = vs_shm_watch_fd(s);
+    int w = s->ops->watch_fd(s);
     if (w != r->watch) {
         struct epoll_event wev = {.events = EPOLLIN,
                                   .data.u64 = (uint64_t)(uintptr_t)r | WATCH_TAG};
@@ -345,7 +346,7 @@ static void sync_kernel(struct vs_sock *s, struct rec *r, bool rearm)
         bool ok = r->watch_own || (w >= 0 && errno == EEXIST);
         r->watch = ok ? w : -1;
     }
-    r->gen = vs_shm_generation(s);
+    r->gen = s->ops->generation(s);
 }
 
 /* R shares a dup's registration of its side channel (EEXIST): once the
@@ -354,7 +355,7 @@ static void sync_kernel(struct vs_sock *s, struct rec *r, bool rearm)
 static void claim_watch(struct vs_sock *s, struct rec *r)
 {
     struct epoll_event wev = {.events = EPOLLIN, .data.u64 = (uint64_t)(uintptr_t)r | WATCH_TAG};
-    if (r->watch == vs_shm_watch_fd(s))
+    if (r->watch == s->ops->watch_fd(s))
         r->watch_own = vs_real.epoll_ctl(r->epfd, EPOLL_CTL_ADD, r->watch, &wev) == 0;
 }
 
@@ -362,8 +363,8 @@ static void claim_watch(struct vs_sock *s, struct rec *r)
 static void perm_arm(struct vs_sock *s, struct rec *r)
 {
     if (r->perm)
-        vs_shm_disarm(s, r->perm);
-    r->perm = nested[r->epfd] && !r->disabled ? vs_shm_arm(s, interest(r)) : 0;
+        s->ops->disarm(s, r->perm);
+    r->perm = nested[r->epfd] && !r->disabled ? s->ops->arm(s, interest(r)) : 0;
 }
 
 /* --- cold records: see the top of this file --- */
@@ -379,12 +380,12 @@ static void warm(struct rec *r, struct vs_sock *s)
     list_push(r);
     cold_count--;
     if (s) {
-        vs_shm_cold_detach(s, r);
-        vs_shm_disarm(s, r->perm);
+        s->ops->cold_detach(s, r);
+        s->ops->disarm(s, r->perm);
     }
     r->perm = 0;
     atomic_store(&r->kicked, false);
-    r->quiet_since = vs_shm_now_ns();
+    r->quiet_since = vs_now_ns();
 }
 
 /* The kick eventfd is in EPFD's kernel set (edge-triggered, never read). */
@@ -413,7 +414,7 @@ static bool kick_ready(int epfd)
  * Unread bytes are: the peer rings only for a ring it saw empty. */
 static unsigned cold_level(struct vs_sock *s, struct rec *r)
 {
-    unsigned level = vs_shm_poll_rings(s, interest(r));
+    unsigned level = s->ops->poll_fast(s, interest(r));
     return r->events & EPOLLET ? level & ~(unsigned)EPOLLOUT : level;
 }
 
@@ -429,14 +430,15 @@ static void cool(struct vs_sock *s, struct rec *r, long now)
         atomic_load(&s->no_cold) || !kick_ready(r->epfd))
         return;
     atomic_store(&r->kicked, false);
-    if (!vs_shm_cold_attach(s, r))
+    if (!s->ops->cold_attach(s, r))
         return;
     /* Armed first, then looked: news from now on rings the side channel. */
-    unsigned armed = vs_shm_arm(s, need);
-    bool covered = armed == need || (armed == (need & ~(unsigned)POLLIN) && vs_shm_rx_by_kernel(s));
-    if (!covered || r->gen != vs_shm_generation(s) || cold_level(s, r)) {
-        vs_shm_disarm(s, armed);
-        vs_shm_cold_detach(s, r);
+    unsigned armed = s->ops->arm(s, need);
+    bool covered =
+        armed == need || (armed == (need & ~(unsigned)POLLIN) && s->ops->rx_by_kernel(s));
+    if (!covered || r->gen != s->ops->generation(s) || cold_level(s, r)) {
+        s->ops->disarm(s, armed);
+        s->ops->cold_detach(s, r);
         return;
     }
     list_remove(r);
@@ -501,17 +503,17 @@ static void kick_all(void)
         (void)vs_real.write(k, &one, sizeof(one));
 }
 
-/* FD is a socket with a shm connection: none of its records may go cold
+/* FD is a socket a transport took over: none of its records may go cold
  * from now on. */
 static bool forbid_cold(int fd)
 {
     struct vs_sock *s = vs_fd_peek(fd);
-    bool shm = s && s->shm;
-    if (shm)
+    bool ours = s && s->ops;
+    if (ours)
         atomic_store(&s->no_cold, true);
     if (s)
         vs_sock_put(s);
-    return shm;
+    return ours;
 }
 
 void vs_epoll_kick(void *rec)
@@ -534,7 +536,7 @@ static void cold_closing(int fd)
     struct vs_sock *s = vs_fd_peek(fd);
     if (!s)
         return;
-    struct rec *r = vs_shm_cold_rec(s);
+    struct rec *r = vs_sock_cold_rec(s);
     if (r && r->magic == REC_MAGIC && r->cold && r->sock == s && r->fd == fd)
         warm(r, s);
     vs_sock_put(s);
@@ -548,9 +550,9 @@ static void rec_drop(struct rec *r, struct vs_sock *s)
     if (s) {
         warm(r, s);
         if (r->perm)
-            vs_shm_disarm(s, r->perm);
+            s->ops->disarm(s, r->perm);
         vs_real.epoll_ctl(r->epfd, EPOLL_CTL_DEL, r->fd, NULL);
-        if (r->watch >= 0 && r->watch == vs_shm_watch_fd(s))
+        if (r->watch >= 0 && r->watch == s->ops->watch_fd(s))
             vs_real.epoll_ctl(r->epfd, EPOLL_CTL_DEL, r->watch, NULL);
     }
     r->perm = 0;
@@ -564,7 +566,7 @@ static int ctl_modify(struct vs_sock *s, struct rec *r, const struct epoll_event
     r->data = event->data;
     r->disabled = false;
     r->rx_mark = r->tx_mark = 0;
-    r->quiet_since = vs_shm_now_ns();
+    r->quiet_since = vs_now_ns();
     sync_kernel(s, r, true);
     perm_arm(s, r);
     return 0;
@@ -606,7 +608,7 @@ static int ctl_record(int epfd, int op, int fd, struct epoll_event *event, struc
         r->serial = s->serial;
         r->events = event->events;
         r->data = event->data;
-        r->quiet_since = vs_shm_now_ns();
+        r->quiet_since = vs_now_ns();
         struct epoll_event ev = {.events = tcp_events(s, r), .data.u64 = (uint64_t)(uintptr_t)r};
         if (vs_real.epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
             int err = errno;
@@ -629,7 +631,7 @@ static int ctl_record(int epfd, int op, int fd, struct epoll_event *event, struc
     if (op == EPOLL_CTL_DEL) {
         /* Dormant: see the top of this file. */
         if (r->perm)
-            vs_shm_disarm(s, r->perm);
+            s->ops->disarm(s, r->perm);
         r->perm = 0;
         if (!make_dormant(r))
             rec_drop(r, s);
@@ -808,13 +810,13 @@ VS_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
         rec_drop(old, NULL);
         old = NULL;
     }
-    bool ours = s->shm && (vs_shm_translated(s) || old);
+    bool ours = s->ops && (vs_sock_translated(s) || old);
     if (ours && epfd >= 0 && epfd < MAX_EPFD && setup()) {
         r = ctl_record(epfd, op, fd, event, s);
     } else {
         /* A TCP socket not connected yet may be upgraded later, but this
          * registration would not follow: keep it on the kernel for good. */
-        if (op == EPOLL_CTL_ADD && !s->shm && s->type == SOCK_STREAM)
+        if (op == EPOLL_CTL_ADD && !s->ops && s->type == SOCK_STREAM)
             atomic_store(&s->in_epoll_plain, true);
         r = vs_real.epoll_ctl(epfd, op, fd, event);
     }
@@ -886,7 +888,7 @@ static void report(struct wait *w, struct rec *r, unsigned m)
  * reported an edge. */
 static unsigned edges(struct vs_sock *s, struct rec *r, unsigned m, unsigned from_kernel)
 {
-    uint64_t rx = vs_shm_rx_mark(s), tx = vs_shm_tx_mark(s);
+    uint64_t rx = s->ops->rx_mark(s), tx = s->ops->tx_mark(s);
     if (r->events & EPOLLET) {
         if ((m & EPOLLIN) && !(from_kernel & EPOLLIN) && rx == r->rx_mark)
             m &= ~(unsigned)(EPOLLIN | EPOLLRDHUP);
@@ -925,7 +927,7 @@ static void translate(struct wait *w, const struct epoll_event *kev, int n)
             /* What woke it may concern a dup of the socket in this set
              * (SWITCH, WAKE): act on the messages before they are orphaned. */
             if (watch)
-                vs_shm_poll(s, r->fd, 0, 0, true);
+                s->ops->poll(s, r->fd, 0, 0, true);
             rec_drop(r, s); /* now for real: it will not wake us again */
             vs_sock_put(s);
             continue;
@@ -933,17 +935,17 @@ static void translate(struct wait *w, const struct epoll_event *kev, int n)
         /* One-shot, fired: its side channel is still read, or its news
          * would wake every wait until the user re-arms it. */
         if (r->disabled && watch)
-            vs_shm_poll(s, r->fd, 0, 0, true);
+            s->ops->poll(s, r->fd, 0, 0, true);
         if (!r->disabled) {
             unsigned from_kernel = watch ? 0 : kev[i].events;
-            unsigned m = vs_shm_poll(s, r->fd, interest(r),
-                                     watch ? VS_TCP_UNKNOWN : (int)from_kernel, watch);
+            unsigned m = s->ops->poll(s, r->fd, interest(r),
+                                      watch ? VS_TCP_UNKNOWN : (int)from_kernel, watch);
             m = edges(s, r, m, from_kernel);
             if (m)
                 report(w, r, m);
         }
         if (r->perm)
-            vs_shm_rearm(s, r->perm);
+            s->ops->rearm(s, r->perm);
         vs_sock_put(s);
     }
 }
@@ -962,13 +964,13 @@ static void scan(struct wait *w, bool sync)
             rec_drop(r, NULL);
             continue;
         }
-        if (sync && r->gen != vs_shm_generation(s)) {
+        if (sync && r->gen != s->ops->generation(s)) {
             sync_kernel(s, r, false);
             perm_arm(s, r);
         }
         if (sync && r->watch >= 0 && !r->watch_own)
             claim_watch(s, r);
-        unsigned m = vs_shm_poll_rings(s, interest(r));
+        unsigned m = s->ops->poll_fast(s, interest(r));
         if (m && (m = edges(s, r, m, 0)))
             report(w, r, m);
         else if (sync && w->now - r->quiet_since >= COOL_NS)
@@ -986,7 +988,7 @@ static bool scan_any(void *arg, const void *unused)
         struct vs_sock *s = r->disabled ? NULL : rec_sock(r);
         if (!s)
             continue;
-        unsigned m = vs_shm_poll_rings(s, interest(r));
+        unsigned m = s->ops->poll_fast(s, interest(r));
         vs_sock_put(s);
         if (m) {
             pthread_mutex_unlock(&lock);
@@ -1019,12 +1021,12 @@ static void arm_all(struct wait *w, struct armed *a)
         struct vs_sock *s = r->disabled ? NULL : rec_sock(r);
         if (!s)
             continue;
-        unsigned what = vs_shm_arm(s, interest(r));
+        unsigned what = s->ops->arm(s, interest(r));
         if (!what) {
             vs_sock_put(s);
             continue;
         }
-        a->shared |= vs_shm_shared_wait(s);
+        a->shared |= s->ops->shared_wait(s);
         a->sock[a->n] = s;
         a->what[a->n++] = what;
     }
@@ -1033,7 +1035,7 @@ static void arm_all(struct wait *w, struct armed *a)
 static void disarm_all(struct armed *a)
 {
     for (int i = 0; i < a->n; i++) {
-        vs_shm_disarm(a->sock[i], a->what[i]);
+        a->sock[i]->ops->disarm(a->sock[i], a->what[i]);
         vs_sock_put(a->sock[i]);
     }
     free(a->sock);
@@ -1055,11 +1057,11 @@ static int wait_translated(int epfd, struct epoll_event *events, int max, long t
         return -1;
     }
     struct wait w = {.epfd = epfd, .out = events, .max = max};
-    long deadline = timeout_ns < 0 ? -1 : vs_shm_now_ns() + timeout_ns;
+    long deadline = timeout_ns < 0 ? -1 : vs_now_ns() + timeout_ns;
     int result;
     for (int iter = 0;; iter++) {
         /* The first look does not sleep; later ones sleep what is left. */
-        long left = iter == 0 ? 0 : deadline < 0 ? -1 : deadline - vs_shm_now_ns();
+        long left = iter == 0 ? 0 : deadline < 0 ? -1 : deadline - vs_now_ns();
         if (iter > 0 && deadline >= 0 && left <= 0) {
             result = 0;
             break;
@@ -1069,7 +1071,7 @@ static int wait_translated(int epfd, struct epoll_event *events, int max, long t
             left = 0;
         pthread_mutex_lock(&lock);
         w.round = ++rounds;
-        w.now = vs_shm_now_ns();
+        w.now = vs_now_ns();
         w.n = 0;
         if (colds[epfd])
             sweep(epfd, w.now);
@@ -1080,8 +1082,8 @@ static int wait_translated(int epfd, struct epoll_event *events, int max, long t
         }
         bool has_cold = colds[epfd] != NULL;
         pthread_mutex_unlock(&lock);
-        /* Sliced: see VS_SHM_SLICE_NS. */
-        long slice = a.shared ? VS_SHM_SHARED_NAP_NS : VS_SHM_SLICE_NS;
+        /* Sliced: see VS_WAIT_SLICE_NS. */
+        long slice = a.shared ? VS_WAIT_SHARED_NAP_NS : VS_WAIT_SLICE_NS;
         if (a.n > 0 && (left < 0 || left > slice))
             left = slice;
         if (has_cold && (left < 0 || left > SWEEP_NS))

@@ -12,10 +12,10 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/fdtable.h"
 #include "interpose/real.h"
 #include "readiness/wait_common.h"
-#include "transport/shm/shm.h"
 
 #define STACK_FDS 64
 
@@ -37,8 +37,8 @@ static void build(struct poll_state *st, const struct pollfd *fds)
         struct vs_sock *s = st->sock[i];
         if (!s)
             continue;
-        st->k[i].events = (short)vs_shm_tcp_interest(s, (unsigned)(unsigned short)fds[i].events);
-        int w = vs_shm_watch_fd(s);
+        st->k[i].events = (short)s->ops->tcp_interest(s, (unsigned)(unsigned short)fds[i].events);
+        int w = s->ops->watch_fd(s);
         if (w >= 0) {
             st->watch[i] = (int)st->nk;
             st->k[st->nk++] = (struct pollfd){.fd = w, .events = POLLIN};
@@ -51,7 +51,7 @@ static int rings_ready(struct poll_state *st, const struct pollfd *fds)
 {
     int ready = 0;
     for (nfds_t i = 0; i < st->n; i++)
-        if (st->sock[i] && vs_shm_poll_rings(st->sock[i], (unsigned short)fds[i].events))
+        if (st->sock[i] && st->sock[i]->ops->poll_fast(st->sock[i], (unsigned short)fds[i].events))
             ready++;
     return ready;
 }
@@ -69,7 +69,7 @@ static int translate(struct poll_state *st, struct pollfd *fds)
         struct vs_sock *s = st->sock[i];
         if (s && fds[i].fd >= 0) {
             bool fired = st->watch[i] >= 0 && st->k[st->watch[i]].revents;
-            r = vs_shm_poll(s, fds[i].fd, (unsigned short)fds[i].events, (int)r, fired);
+            r = s->ops->poll(s, fds[i].fd, (unsigned short)fds[i].events, (int)r, fired);
         }
         fds[i].revents = (short)r;
         count += r != 0;
@@ -80,10 +80,10 @@ static int translate(struct poll_state *st, struct pollfd *fds)
 static int poll_translated(struct poll_state *st, struct pollfd *fds, long timeout_ns,
                            const sigset_t *sigmask)
 {
-    long deadline = timeout_ns < 0 ? -1 : vs_shm_now_ns() + timeout_ns;
+    long deadline = timeout_ns < 0 ? -1 : vs_now_ns() + timeout_ns;
     for (;;) {
         build(st, fds);
-        long left = deadline < 0 ? -1 : deadline - vs_shm_now_ns();
+        long left = deadline < 0 ? -1 : deadline - vs_now_ns();
         if (left < 0 && deadline >= 0)
             left = 0;
         if (left != 0 && (rings_ready(st, fds) || vs_spin_until(rings_ready_cb, st, fds)))
@@ -93,12 +93,13 @@ static int poll_translated(struct poll_state *st, struct pollfd *fds, long timeo
             armed = true;
             for (nfds_t i = 0; i < st->n; i++) {
                 st->armed[i] =
-                    st->sock[i] ? vs_shm_arm(st->sock[i], (unsigned short)fds[i].events) : 0;
-                nap |= st->armed[i] && vs_shm_shared_wait(st->sock[i]);
+                    st->sock[i] ? st->sock[i]->ops->arm(st->sock[i], (unsigned short)fds[i].events)
+                                : 0;
+                nap |= st->armed[i] && st->sock[i]->ops->shared_wait(st->sock[i]);
             }
             if (rings_ready(st, fds))
                 left = 0;
-            long slice = nap ? VS_SHM_SHARED_NAP_NS : VS_SHM_SLICE_NS;
+            long slice = nap ? VS_WAIT_SHARED_NAP_NS : VS_WAIT_SLICE_NS;
             nap = left < 0 || left > slice;
             if (nap)
                 left = slice;
@@ -109,13 +110,13 @@ static int poll_translated(struct poll_state *st, struct pollfd *fds, long timeo
         if (armed)
             for (nfds_t i = 0; i < st->n; i++)
                 if (st->armed[i])
-                    vs_shm_disarm(st->sock[i], st->armed[i]);
+                    st->sock[i]->ops->disarm(st->sock[i], st->armed[i]);
         if (n < 0) {
             errno = err;
             return -1;
         }
         int count = translate(st, fds);
-        if (count > 0 || (left == 0 && !nap) || (deadline >= 0 && vs_shm_now_ns() >= deadline))
+        if (count > 0 || (left == 0 && !nap) || (deadline >= 0 && vs_now_ns() >= deadline))
             return count;
         /* Only side-channel news (now read) or a stale ring wake-up: wait on. */
     }
@@ -134,7 +135,7 @@ int vs_poll(struct pollfd *fds, nfds_t nfds, long timeout_ns, const sigset_t *si
         struct vs_sock *s = fds[i].fd >= 0 ? vs_fd_get(fds[i].fd) : NULL;
         if (!s && fds[i].fd >= 0)
             vs_epoll_watched(fds[i].fd);
-        if (s && !vs_shm_translated(s)) {
+        if (s && !vs_sock_translated(s)) {
             vs_sock_put(s);
             s = NULL;
         }
@@ -196,7 +197,7 @@ static bool any_translated(int nfds, fd_set *rd, fd_set *wr, fd_set *ex)
         if (!(rd && FD_ISSET(fd, rd)) && !(wr && FD_ISSET(fd, wr)) && !(ex && FD_ISSET(fd, ex)))
             continue;
         struct vs_sock *s = vs_fd_get(fd);
-        bool t = s && vs_shm_translated(s);
+        bool t = s && vs_sock_translated(s);
         if (s)
             vs_sock_put(s);
         if (t)

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "config/config.h"
 #include "config/log.h"
 #include "core/fdtable.h"
@@ -25,18 +26,6 @@
 /* Every connection this process holds, for fork. */
 static pthread_mutex_t conns_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct vs_shm_conn *conns;
-
-long vs_shm_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1000000000L + ts.tv_nsec;
-}
-
-long vs_shm_spin_ns(void)
-{
-    return vs_config.poll_us * 1000L;
-}
 
 /* The ring follows the socket's receive buffer, within bounds: a small ring
  * costs throughput, a large one memory for every connection. */
@@ -89,7 +78,7 @@ struct vs_shm_conn *vs_shm_conn_new(bool accepter, int fd, const struct sockaddr
     c->chan = c->chan_no = -1;
     c->rendezvous = c->rendezvous_no = -1;
     c->rx.fd = c->tx.fd = -1;
-    c->deadline_ns = vs_shm_now_ns() + (accepter ? 1000000000L : 2000000000L);
+    c->deadline_ns = vs_now_ns() + (accepter ? 1000000000L : 2000000000L);
     socklen_t llen = sizeof(c->local), plen = sizeof(c->peer);
     if (peer && len <= sizeof(c->peer))
         memcpy(&c->peer, peer, len);
@@ -138,8 +127,9 @@ void vs_shm_conn_fail(struct vs_shm_conn *c, const char *reason)
  * stays valid until it closes too. */
 void vs_shm_release(struct vs_sock *s)
 {
-    struct vs_shm_conn *c = s->shm;
-    s->shm = NULL;
+    struct vs_shm_conn *c = s->conn;
+    s->ops = NULL;
+    s->conn = NULL;
     list_del(c);
     bool last = atomic_fetch_sub(&c->holders, 1) == 1;
     vs_plock_lock(&c->ctl_lock);
@@ -228,7 +218,7 @@ static void fd_lost(void *owner, int fd)
 
 void vs_shm_leave(struct vs_sock *s, int fd, const char *reason)
 {
-    struct vs_shm_conn *c = s->shm;
+    struct vs_shm_conn *c = s->conn;
     if (!c || !vs_shm_active(c))
         return;
     vs_plock_lock(&c->ctl_lock);
@@ -246,7 +236,7 @@ struct leave_all {
 static void leave_one(int fd, struct vs_sock *s, void *arg)
 {
     const struct leave_all *how = arg;
-    struct vs_shm_conn *c = s->shm;
+    struct vs_shm_conn *c = s->conn;
     if (!c)
         return;
     if (how->inherited_only) {

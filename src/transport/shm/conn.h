@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/sock.h"
 #include "memory/plock.h"
 #include "memory/ring.h"
 #include "readiness/epoll.h"
@@ -124,6 +125,11 @@ static inline void vs_shm_bump(struct vs_shm_conn *c)
 {
     atomic_fetch_add(&c->gen, 1);
     vs_shm_pass_news_on(c);
+}
+
+static inline struct vs_shm_conn *conn_of(struct vs_sock *s)
+{
+    return s->conn;
 }
 
 static inline bool vs_shm_active(struct vs_shm_conn *c)

@@ -19,6 +19,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "config/log.h"
 #include "interpose/real.h"
 #include "transport/shm/conn.h"
@@ -308,7 +309,7 @@ static void accepter_connect(struct vs_shm_conn *c, int fd)
     if (vs_real.connect(c->chan, (void *)&un, len) < 0) {
         /* A connector running vsocket listens before its connect() returns,
          * so before it can send: once its bytes are here, it never will. */
-        if (data_seen || vs_shm_now_ns() > c->deadline_ns)
+        if (data_seen || vs_now_ns() > c->deadline_ns)
             vs_shm_conn_fail(c, "peer-not-vsocket");
         return;
     }
@@ -332,7 +333,7 @@ static void connector_accept(struct vs_shm_conn *c)
             break;
         if (peer_uid_ok(chan)) {
             c->chan = c->chan_no = vs_shm_own_fd(c, chan);
-            c->caller_deadline_ns = vs_shm_now_ns() + CALLER_PATIENCE_NS;
+            c->caller_deadline_ns = vs_now_ns() + CALLER_PATIENCE_NS;
             vs_shm_bump(c);
             atomic_store(&c->hs, VS_HS_WAIT_HELLO);
             return;
@@ -341,7 +342,7 @@ static void connector_accept(struct vs_shm_conn *c)
         syscall(SYS_close, chan);
     }
     /* An accepter running vsocket calls before it can send anything. */
-    if (data_seen || vs_shm_now_ns() > c->deadline_ns)
+    if (data_seen || vs_now_ns() > c->deadline_ns)
         vs_shm_conn_fail(c, "peer-not-vsocket");
 }
 
@@ -554,7 +555,7 @@ void vs_shm_progress(struct vs_shm_conn *c, int fd)
     hs = (enum vs_shm_hs)atomic_load(&c->hs);
     if (hs != VS_HS_FAILED && hs != VS_HS_LISTEN && hs != VS_HS_CONNECT)
         drain(c, fd);
-    if (atomic_load(&c->hs) == VS_HS_WAIT_HELLO && vs_shm_now_ns() > c->caller_deadline_ns)
+    if (atomic_load(&c->hs) == VS_HS_WAIT_HELLO && vs_now_ns() > c->caller_deadline_ns)
         connector_reject(c, "no HELLO in time");
     /* Listening again after a rejected caller: the real one may be queued. */
     if (atomic_load(&c->hs) == VS_HS_LISTEN && hs != VS_HS_LISTEN)
@@ -562,7 +563,7 @@ void vs_shm_progress(struct vs_shm_conn *c, int fd)
     if (atomic_load(&c->hs) == VS_HS_DONE || atomic_load(&c->hs) == VS_HS_FAILED)
         vs_shm_close_own(c, &c->rendezvous);
     if (atomic_load(&c->hs) != VS_HS_DONE && atomic_load(&c->hs) != VS_HS_FAILED &&
-        vs_shm_now_ns() > c->deadline_ns + 1000000000L)
+        vs_now_ns() > c->deadline_ns + 1000000000L)
         vs_shm_conn_fail(c, "handshake-timeout");
     vs_plock_unlock(&c->ctl_lock);
 }

@@ -16,6 +16,7 @@
 
 #include <linux/sockios.h>
 
+#include "core/clock.h"
 #include "config/log.h"
 #include "interpose/real.h"
 #include "interpose/signals.h"
@@ -104,7 +105,7 @@ static int sleep_on(struct vs_shm_conn *c, int fd, struct vs_ring *ring, short t
     if (!b->started) {
         b->started = true;
         b->timeout_ns = sock_timeout_ns(fd, b->opt);
-        b->deadline = b->timeout_ns < 0 ? -1 : vs_shm_now_ns() + b->timeout_ns;
+        b->deadline = b->timeout_ns < 0 ? -1 : vs_now_ns() + b->timeout_ns;
     }
     bool want_data = ring && ring->role == VS_RING_CONSUMER;
     if (ring && vs_shm_spin(ring, want_data))
@@ -112,13 +113,13 @@ static int sleep_on(struct vs_shm_conn *c, int fd, struct vs_ring *ring, short t
     struct pollfd p[2] = {{.fd = fd, .events = tcp_events},
                           {.fd = vs_shm_event_fd(c), .events = POLLIN}};
     long left = -1;
-    if (b->deadline >= 0 && (left = b->deadline - vs_shm_now_ns()) <= 0)
+    if (b->deadline >= 0 && (left = b->deadline - vs_now_ns()) <= 0)
         return -ETIMEDOUT;
     /* Two threads asleep on one side channel (a sender and a receiver):
      * the one that wakes first reads the messages, and the other's ppoll
      * may then not see the wake-up meant for it. Short naps bound that. */
     bool shared = atomic_fetch_add(&c->sleepers, 1) > 0;
-    long slice = shared ? VS_SHM_SHARED_NAP_NS : VS_SHM_SLICE_NS;
+    long slice = shared ? VS_WAIT_SHARED_NAP_NS : VS_WAIT_SLICE_NS;
     bool nap = left < 0 || left > slice;
     if (nap)
         left = slice;
@@ -215,7 +216,7 @@ static int ring_empty(struct vs_shm_conn *c, int fd)
 
 ssize_t vs_shm_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags)
 {
-    struct vs_shm_conn *c = s->shm;
+    struct vs_shm_conn *c = s->conn;
     vs_shm_sync(s, fd);
     if (!vs_shm_active(c))
         return vs_real.recvmsg(fd, msg, flags);
@@ -468,7 +469,7 @@ void vs_shm_revert_if_asked(struct vs_shm_conn *c, int fd)
 
 ssize_t vs_shm_sendmsg(struct vs_sock *s, int fd, const struct msghdr *msg, int flags)
 {
-    struct vs_shm_conn *c = s->shm;
+    struct vs_shm_conn *c = s->conn;
     vs_shm_sync(s, fd);
     if (!vs_shm_active(c) || (flags & MSG_OOB))
         return vs_real.sendmsg(fd, msg, flags);
@@ -506,7 +507,7 @@ ssize_t vs_shm_sendmsg(struct vs_sock *s, int fd, const struct msghdr *msg, int 
 
 ssize_t vs_shm_sendfile(struct vs_sock *s, int fd, int in_fd, off_t *offset, size_t count)
 {
-    struct vs_shm_conn *c = s->shm;
+    struct vs_shm_conn *c = s->conn;
     vs_shm_sync(s, fd);
     if (vs_shm_active(c)) {
         vs_plock_lock(&c->tx_lock);
@@ -538,7 +539,7 @@ ssize_t vs_shm_sendfile(struct vs_sock *s, int fd, int in_fd, off_t *offset, siz
             rc = total ? 0 : -EAGAIN;
             break;
         }
-        ssize_t got = offset ? pread(in_fd, buf, chunk, *offset) : read(in_fd, buf, chunk);
+        ssize_t got = offset ? pread(in_fd, buf, chunk, *offset) : vs_real.read(in_fd, buf, chunk);
         if (got <= 0) {
             rc = got < 0 ? -errno : 0;
             break;
@@ -573,7 +574,7 @@ ssize_t vs_shm_sendfile(struct vs_sock *s, int fd, int in_fd, off_t *offset, siz
 
 int vs_shm_shutdown(struct vs_sock *s, int fd, int how)
 {
-    struct vs_shm_conn *c = s->shm;
+    struct vs_shm_conn *c = s->conn;
     /* A FIN is news to the peer like a byte: the accepter calls first. */
     vs_shm_sync(s, fd);
     if (!vs_shm_active(c) || (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR))
@@ -607,7 +608,7 @@ int vs_shm_shutdown(struct vs_sock *s, int fd, int how)
 
 bool vs_shm_ioctl(struct vs_sock *s, int fd, unsigned long req, int *value)
 {
-    struct vs_shm_conn *c = s->shm;
+    struct vs_shm_conn *c = s->conn;
     if (!vs_shm_active(c))
         return false;
     if (req == FIONREAD) {

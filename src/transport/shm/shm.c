@@ -9,11 +9,13 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "config/config.h"
 #include "config/log.h"
 #include "core/reason.h"
 #include "interpose/real.h"
 #include "transport/shm/conn.h"
+#include "transport/shm/ops.h"
 #include "transport/shm/shm.h"
 #include "transport/shm/shm_internal.h"
 #include "memory/cpu.h"
@@ -26,7 +28,7 @@ static bool tcp_stream(const struct vs_sock *s)
 static bool eligible(struct vs_sock *s)
 {
     return (vs_config.transports & VS_TRANSPORT_BIT(VS_TRANSPORT_SHM)) && tcp_stream(s) &&
-           !s->shm && !atomic_load(&s->in_epoll_plain);
+           !s->ops && !atomic_load(&s->in_epoll_plain);
 }
 
 static bool is_loopback(const struct sockaddr_storage *ss)
@@ -60,8 +62,9 @@ static bool peer_is_local(const struct vs_shm_conn *c)
 
 static void attach(struct vs_sock *s, struct vs_shm_conn *c)
 {
-    s->shm = c;
-    s->shm_shown = -1;
+    s->ops = &vs_shm_ops;
+    s->conn = c;
+    s->conn_shown = -1;
     vs_stats_set_reason(s->stat, VS_REASON_PENDING);
 }
 
@@ -107,9 +110,9 @@ void vs_shm_on_accept(struct vs_sock *s, int fd)
 
 void vs_shm_sync(struct vs_sock *s, int fd)
 {
-    struct vs_shm_conn *c = s->shm;
+    struct vs_shm_conn *c = s->conn;
     int hs = atomic_load_explicit(&c->hs, memory_order_acquire);
-    if (hs == s->shm_shown) {
+    if (hs == s->conn_shown) {
         /* The peer left the rings (exec, stdio, splice): say so once. */
         if (hs == VS_HS_DONE && s->transport == VS_TRANSPORT_SHM &&
             atomic_load_explicit(&c->rx_reverted, memory_order_relaxed)) {
@@ -124,7 +127,7 @@ void vs_shm_sync(struct vs_sock *s, int fd)
     }
     if (hs != VS_HS_DONE && hs != VS_HS_FAILED)
         return;
-    s->shm_shown = hs;
+    s->conn_shown = hs;
     if (hs == VS_HS_DONE) {
         s->transport = VS_TRANSPORT_SHM;
         vs_stats_set_transport(s->stat, VS_TRANSPORT_SHM, "");
@@ -147,15 +150,15 @@ bool vs_shm_ring_ready(struct vs_ring *ring, bool want_data)
 
 bool vs_shm_spin(struct vs_ring *ring, bool want_data)
 {
-    long budget = vs_shm_spin_ns();
+    long budget = vs_spin_ns();
     if (budget <= 0)
         return vs_shm_ring_ready(ring, want_data);
-    long end = vs_shm_now_ns() + budget;
+    long end = vs_now_ns() + budget;
     for (unsigned i = 1;; i++) {
         if (vs_shm_ring_ready(ring, want_data))
             return true;
         if (i % 64 == 0) {
-            if (vs_shm_now_ns() >= end)
+            if (vs_now_ns() >= end)
                 return false;
             /* The peer may be waiting for this very CPU. */
             sched_yield();
@@ -185,12 +188,12 @@ static bool tx_ring_room(struct vs_shm_conn *c)
 
 bool vs_shm_translated(struct vs_sock *s)
 {
-    return s->shm && vs_shm_active(s->shm);
+    return s->conn && vs_shm_active(s->conn);
 }
 
 unsigned vs_shm_tcp_interest(struct vs_sock *s, unsigned user)
 {
-    struct vs_shm_conn *c = s->shm;
+    struct vs_shm_conn *c = s->conn;
     unsigned m = user & (POLLIN | POLLPRI | POLLOUT | POLLRDHUP);
     /* Left the rings (exec, stdio, splice): TCP says everything again. */
     if (!vs_shm_active(c))
@@ -204,12 +207,12 @@ unsigned vs_shm_tcp_interest(struct vs_sock *s, unsigned user)
 
 int vs_shm_watch_fd(struct vs_sock *s)
 {
-    return vs_shm_active(s->shm) ? vs_shm_event_fd(s->shm) : -1;
+    return vs_shm_active(s->conn) ? vs_shm_event_fd(s->conn) : -1;
 }
 
 unsigned vs_shm_generation(struct vs_sock *s)
 {
-    struct vs_shm_conn *c = s->shm;
+    struct vs_shm_conn *c = s->conn;
     return atomic_load(&c->gen) * 8u + (unsigned)atomic_load(&c->hs);
 }
 
@@ -225,7 +228,7 @@ static int tcp_revents_now(int fd, unsigned events)
 unsigned vs_shm_poll(struct vs_sock *s, int fd, unsigned interest, int tcp_revents,
                      bool watch_fired)
 {
-    struct vs_shm_conn *c = s->shm;
+    struct vs_shm_conn *c = s->conn;
     vs_shm_sync(s, fd);
     if (watch_fired && vs_shm_done(c)) {
         vs_shm_progress(c, fd);
@@ -273,7 +276,7 @@ unsigned vs_shm_poll(struct vs_sock *s, int fd, unsigned interest, int tcp_reven
 
 unsigned vs_shm_poll_rings(struct vs_sock *s, unsigned interest)
 {
-    struct vs_shm_conn *c = s->shm;
+    struct vs_shm_conn *c = s->conn;
     if (!vs_shm_active(c))
         return 0;
     unsigned m = 0;
@@ -290,7 +293,7 @@ unsigned vs_shm_poll_rings(struct vs_sock *s, unsigned interest)
 
 unsigned vs_shm_arm(struct vs_sock *s, unsigned interest)
 {
-    struct vs_shm_conn *c = s->shm;
+    struct vs_shm_conn *c = s->conn;
     unsigned armed = 0;
     if (!vs_shm_active(c))
         return 0;
@@ -309,12 +312,12 @@ unsigned vs_shm_arm(struct vs_sock *s, unsigned interest)
 
 bool vs_shm_shared_wait(struct vs_sock *s)
 {
-    return atomic_load(&s->shm->sleepers) > 1;
+    return atomic_load(&conn_of(s)->sleepers) > 1;
 }
 
 bool vs_shm_cold_attach(struct vs_sock *s, void *rec)
 {
-    struct vs_shm_conn *c = s->shm;
+    struct vs_shm_conn *c = s->conn;
     void *none = NULL;
     return vs_shm_done(c) && c->chan >= 0 && atomic_load(&c->holders) == 1 &&
            atomic_compare_exchange_strong(&c->cold_rec, &none, rec);
@@ -322,17 +325,17 @@ bool vs_shm_cold_attach(struct vs_sock *s, void *rec)
 
 void vs_shm_cold_detach(struct vs_sock *s, void *rec)
 {
-    atomic_compare_exchange_strong(&s->shm->cold_rec, &rec, NULL);
+    atomic_compare_exchange_strong(&conn_of(s)->cold_rec, &rec, NULL);
 }
 
 void *vs_shm_cold_rec(struct vs_sock *s)
 {
-    return s->shm ? atomic_load(&s->shm->cold_rec) : NULL;
+    return s->conn ? atomic_load(&conn_of(s)->cold_rec) : NULL;
 }
 
 bool vs_shm_rx_by_kernel(struct vs_sock *s)
 {
-    struct vs_shm_conn *c = s->shm;
+    struct vs_shm_conn *c = s->conn;
     /* Not while TCP bytes before a known switch point remain: reading them
      * (a local act) puts the ring's bytes next. */
     return !rx_ring_phase(c) &&
@@ -341,7 +344,7 @@ bool vs_shm_rx_by_kernel(struct vs_sock *s)
 
 void vs_shm_disarm(struct vs_sock *s, unsigned armed)
 {
-    struct vs_shm_conn *c = s->shm;
+    struct vs_shm_conn *c = s->conn;
     if (armed)
         atomic_fetch_sub(&c->sleepers, 1);
     if (armed & POLLIN)
@@ -352,7 +355,7 @@ void vs_shm_disarm(struct vs_sock *s, unsigned armed)
 
 void vs_shm_rearm(struct vs_sock *s, unsigned armed)
 {
-    struct vs_shm_conn *c = s->shm;
+    struct vs_shm_conn *c = s->conn;
     if (armed & POLLIN)
         vs_ring_rearm(&c->rx);
     if (armed & POLLOUT)
@@ -361,7 +364,7 @@ void vs_shm_rearm(struct vs_sock *s, unsigned armed)
 
 uint64_t vs_shm_rx_mark(struct vs_sock *s)
 {
-    struct vs_shm_conn *c = s->shm;
+    struct vs_shm_conn *c = s->conn;
     return atomic_load(&c->rx_ready)
                ? vs_ring_head(&c->rx) + vs_ring_peer_closed(&c->rx) + vs_shm_peer_gone(c)
                : 0;
@@ -369,8 +372,43 @@ uint64_t vs_shm_rx_mark(struct vs_sock *s)
 
 uint64_t vs_shm_tx_mark(struct vs_sock *s)
 {
-    struct vs_shm_conn *c = s->shm;
+    struct vs_shm_conn *c = s->conn;
     return atomic_load(&c->tx_ready)
                ? vs_ring_tail(&c->tx) + vs_ring_peer_closed(&c->tx) + vs_shm_peer_gone(c)
                : 0;
 }
+
+const struct vs_transport_ops vs_shm_ops = {
+    .id = VS_TRANSPORT_SHM,
+    .on_connect = vs_shm_on_connect,
+    .on_accept = vs_shm_on_accept,
+    .recvmsg = vs_shm_recvmsg,
+    .sendmsg = vs_shm_sendmsg,
+    .sendfile = vs_shm_sendfile,
+    .shutdown = vs_shm_shutdown,
+    .ioctl = vs_shm_ioctl,
+    .translated = vs_shm_translated,
+    .tcp_interest = vs_shm_tcp_interest,
+    .watch_fd = vs_shm_watch_fd,
+    .poll = vs_shm_poll,
+    .poll_fast = vs_shm_poll_rings,
+    .arm = vs_shm_arm,
+    .disarm = vs_shm_disarm,
+    .rearm = vs_shm_rearm,
+    .shared_wait = vs_shm_shared_wait,
+    .generation = vs_shm_generation,
+    .rx_mark = vs_shm_rx_mark,
+    .tx_mark = vs_shm_tx_mark,
+    .rx_by_kernel = vs_shm_rx_by_kernel,
+    .cold_attach = vs_shm_cold_attach,
+    .cold_detach = vs_shm_cold_detach,
+    .cold_rec = vs_shm_cold_rec,
+    .leave = vs_shm_leave,
+    .release = vs_shm_release,
+    .fork_prepare = vs_shm_fork_prepare,
+    .fork_parent = vs_shm_fork_parent,
+    .fork_child = vs_shm_fork_child,
+    .fork_failed = vs_shm_fork_failed,
+    .before_exec = vs_shm_before_exec,
+    .leave_all = vs_shm_leave_all,
+};

@@ -1,4 +1,5 @@
-/* shm.h - the same-host transport, as the socket calls see it.
+/* shm.h - the same-host transport's operations (internal to transport/shm:
+ * the layers above reach them through vs_shm_ops, transport/transport.h).
  *
  * A TCP connection whose peer is on this host starts on the kernel like any
  * other. At connect and accept vsocket opens a side channel to the process
@@ -8,8 +9,8 @@
  * kernel socket stays the application's fd for the connection's life:
  * options, names and the peer's liveness still come from it.
  *
- * Every function below takes a socket with s->shm set and follows the
- * system call it serves: -1 and errno on error. */
+ * Every function below takes a socket whose s->conn is a vs_shm_conn and
+ * follows the system call it serves: -1 and errno on error. */
 #ifndef VSOCKET_SHM_H
 #define VSOCKET_SHM_H
 
@@ -34,9 +35,7 @@ int vs_shm_shutdown(struct vs_sock *s, int fd, int how);
 /* FIONREAD/SIOCINQ and SIOCOUTQ; false when REQ is not ours to answer. */
 bool vs_shm_ioctl(struct vs_sock *s, int fd, unsigned long req, int *value);
 
-/* Readiness (readiness/). Bits are POLLIN/POLLOUT/POLLRDHUP/POLLHUP/POLLERR,
- * which have the same values as their EPOLL counterparts. */
-#define VS_TCP_UNKNOWN (-1)
+/* Readiness (transport.h: struct vs_transport_ops). */
 /* Whether the kernel's readiness of the TCP fd is not the socket's. */
 bool vs_shm_translated(struct vs_sock *s);
 /* The events to ask the kernel for on the TCP fd, given the user's. */
@@ -56,11 +55,6 @@ unsigned vs_shm_arm(struct vs_sock *s, unsigned interest);
 /* Whether another thread sleeps on this connection too: the side channel
  * then wakes only one of them, and the waits must nap (poll.c, epoll.c). */
 bool vs_shm_shared_wait(struct vs_sock *s);
-#define VS_SHM_SHARED_NAP_NS 2000000L
-/* Every sleep on a connection is at most this long: a thread whose wake-up
- * another thread of its process read (known limit, see the design doc)
- * looks again by then. Costs 20 wake-ups a second while idle. */
-#define VS_SHM_SLICE_NS 50000000L
 /* epoll.c's cold records: REC hears of the connection's news only through
  * its side channel (armed for good). False when it may not: the handshake
  * is not over, another process holds the connection too (fork), or another
@@ -101,11 +95,5 @@ void vs_shm_leave_all(const char *reason);
  * our sight (stdio on the socket, splice): REASON shows in the statistics
  * at once. */
 void vs_shm_leave(struct vs_sock *s, int fd, const char *reason);
-
-/* CLOCK_MONOTONIC in ns. */
-long vs_shm_now_ns(void);
-
-/* The busy-poll budget of blocking calls and readiness waits (ns). */
-long vs_shm_spin_ns(void);
 
 #endif
