@@ -8,7 +8,8 @@ set -euo pipefail
 build_pkgs=(build-essential cmake ninja-build pkg-config libibverbs-dev librdmacm-dev
             rdma-core ibverbs-providers ibverbs-utils clang-format valgrind)
 test_pkgs=(iperf3 sockperf redis-server redis-tools nginx-light wrk curl memcached
-           libmemcached-tools socat ncat python3 python3-pytest procps iproute2)
+           libmemcached-tools socat ncat openssh-server openssh-client python3 python3-pytest
+           procps iproute2)
 guest_pkgs=(qemu-system-x86 rdmacm-utils perftest kmod busybox-static cpio iproute2 xz-utils)
 
 case "${1:-all}" in

@@ -155,6 +155,11 @@ static int recv_msg(int chan, struct vs_shm_msg *m, int *fds, int *nfds)
                         .msg_control = ctl.buf,
                         .msg_controllen = sizeof(ctl.buf)};
     ssize_t n = vs_real.recvmsg(chan, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    /* A peer that closed the channel with our messages unread resets it
+     * (an exec'ing peer that declined): the error comes first, and what the
+     * peer sent before closing still waits behind it. */
+    if (n < 0 && errno == ECONNRESET)
+        n = vs_real.recvmsg(chan, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
     if (n < 0)
         return errno == EAGAIN || errno == EINTR ? 0 : -1;
     if (n == 0)
@@ -472,6 +477,8 @@ static int drain_data(struct vs_shm_conn *c)
         mh[i].msg_hdr.msg_iovlen = 1;
     }
     int n = vs_real.recvmmsg(c->chan, mh, BATCH, MSG_DONTWAIT, NULL);
+    if (n < 0 && errno == ECONNRESET) /* as in recv_msg */
+        n = vs_real.recvmmsg(c->chan, mh, BATCH, MSG_DONTWAIT, NULL);
     if (n < 0)
         return 0;
     for (int i = 0; i < n; i++) {
