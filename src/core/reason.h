@@ -30,6 +30,31 @@
 #define VS_REASON_FD_TAKEN "fd-taken"
 /* The process runs under a seccomp filter: vsocket only passes calls on. */
 #define VS_REASON_SANDBOXED "sandboxed"
+/* Why an upgrade ended on TCP, or a connection left its transport. */
+/* The peer closed its socket before the upgrade finished (a short connection). */
+#define VS_REASON_PEER_CLOSED "peer-closed"
+/* The upgrade did not finish within its time limits (transport/stream.h). */
+#define VS_REASON_HANDSHAKE_TIMEOUT "handshake-timeout"
+/* A descriptor, memory or a message could not be had for the upgrade. */
+#define VS_REASON_NO_RESOURCES "no-resources"
+/* The peer turned the upgrade down (or hung up during it). */
+#define VS_REASON_DECLINED_BY_PEER "declined-by-peer"
+/* The peer spoke nonsense during the upgrade. */
+#define VS_REASON_HANDSHAKE_MALFORMED "handshake-malformed"
+/* The process at the other end is not one this policy accepts. */
+#define VS_REASON_PEER_CREDENTIALS "peer-credentials"
+/* The process at the other end could not prove it holds the peer socket. */
+#define VS_REASON_PEER_PROOF_FAILED "peer-proof-failed"
+/* The connection's rendezvous name was taken by someone else. */
+#define VS_REASON_RENDEZVOUS_UNAVAILABLE "rendezvous-unavailable"
+/* The process exec'd: its connections went back to TCP. */
+#define VS_REASON_LEFT_BY_EXEC "left-by-exec"
+/* The peer left the transport (exec, stdio, splice): back to TCP. */
+#define VS_REASON_PEER_LEFT "peer-left-rings"
+/* stdio on the socket (fdopen): bytes move out of our sight, back to TCP. */
+#define VS_REASON_STDIO "stdio-on-socket"
+/* splice on the socket: bytes move out of our sight, back to TCP. */
+#define VS_REASON_SPLICE "splice"
 /* Prefix: an option the transport cannot honour, e.g. unsupported-option:SO_XYZ. */
 #define VS_REASON_UNSUPPORTED_OPTION "unsupported-option:"
 

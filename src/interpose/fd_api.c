@@ -8,6 +8,7 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include "core/reason.h"
 #include "config/log.h"
 #include "core/fdtable.h"
 #include "core/ownfd.h"
@@ -213,7 +214,7 @@ VS_EXPORT FILE *fdopen(int fd, const char *mode)
 {
     VS_REAL_READY();
     VS_PASS_IF_SANDBOXED(vs_real.fdopen(fd, mode));
-    leave_rings(fd, "stdio-on-socket");
+    leave_rings(fd, VS_REASON_STDIO);
     return vs_real.fdopen(fd, mode);
 }
 
@@ -222,7 +223,7 @@ VS_EXPORT ssize_t splice(int fd_in, loff_t *off_in, int fd_out, loff_t *off_out,
 {
     VS_REAL_READY();
     VS_PASS_IF_SANDBOXED(vs_real.splice(fd_in, off_in, fd_out, off_out, len, flags));
-    leave_rings(fd_in, "splice");
-    leave_rings(fd_out, "splice");
+    leave_rings(fd_in, VS_REASON_SPLICE);
+    leave_rings(fd_out, VS_REASON_SPLICE);
     return vs_real.splice(fd_in, off_in, fd_out, off_out, len, flags);
 }

@@ -78,7 +78,7 @@ struct vs_shm_conn *vs_shm_conn_new(bool accepter, int fd, const struct sockaddr
     c->chan = c->chan_no = -1;
     c->rendezvous = c->rendezvous_no = -1;
     c->rx.fd = c->tx.fd = -1;
-    c->deadline_ns = vs_now_ns() + (accepter ? 1000000000L : 2000000000L);
+    c->deadline_ns = vs_now_ns() + (accepter ? VS_UPGRADE_ACCEPTER_NS : VS_UPGRADE_CONNECTOR_NS);
     socklen_t llen = sizeof(c->local), plen = sizeof(c->peer);
     if (peer && len <= sizeof(c->peer))
         memcpy(&c->peer, peer, len);
@@ -193,7 +193,7 @@ static void leave_locked(struct vs_shm_conn *c, const char *reason)
         vs_shm_send_msg(c, VS_MSG_DECLINE, VS_DECLINE_LEAVING, 0);
     if (vs_shm_done(c) && c->chan >= 0) {
         uint64_t consumed = c->rx.pos;
-        uint64_t end = atomic_load(&c->tx_switched) ? c->tx.pos : 0;
+        uint64_t end = atomic_load(&c->st.tx_switched) ? c->tx.pos : 0;
         vs_shm_send_msg(c, VS_MSG_REVERT, consumed, end);
     }
     if (vs_shm_active(c))
@@ -251,7 +251,7 @@ static void leave_one(int fd, struct vs_sock *s, void *arg)
 
 void vs_shm_before_exec(void)
 {
-    vs_fd_for_each(leave_one, &(struct leave_all){"left-by-exec", true});
+    vs_fd_for_each(leave_one, &(struct leave_all){VS_REASON_LEFT_BY_EXEC, true});
 }
 
 void vs_shm_leave_all(const char *reason)

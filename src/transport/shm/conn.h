@@ -17,6 +17,7 @@
 #include "memory/plock.h"
 #include "memory/ring.h"
 #include "readiness/epoll.h"
+#include "transport/stream.h"
 
 enum vs_shm_hs {
     VS_HS_LISTEN,     /* connector: waiting for the accepter on the rendezvous */
@@ -41,34 +42,17 @@ struct vs_shm_conn {
     /* The numbers chan and rendezvous were last opened under, kept when
      * they go to -1: another holder (fork) closes its own copies at release. */
     int chan_no, rendezvous_no;
-    long deadline_ns;           /* give up the handshake after this (ctl) */
-    long caller_deadline_ns;    /* connector: the current caller must say HELLO by then (ctl) */
-    _Atomic bool tcp_data_seen; /* bytes or EOF came on TCP before the handshake ended */
+    long deadline_ns;        /* give up the handshake after this (ctl) */
+    long caller_deadline_ns; /* connector: the current caller must say HELLO by then (ctl) */
     struct sockaddr_storage local, peer; /* as this side sees the TCP connection */
 
     struct vs_ring rx; /* we consume: created by us (valid when rx_ready) */
     struct vs_ring tx; /* we produce: the peer's receive ring (valid when tx_ready) */
     _Atomic bool rx_ready, tx_ready;
 
-    /* Stream switch. Sender: after tx_switched, bytes go to the ring, the
-     * first of them being stream offset tx_switch_at. Receiver: read TCP
-     * until tcp_rx reaches rx_switch_at (once known), then the ring. */
-    uint64_t tcp_tx;              /* (tx) bytes the kernel accepted */
-    _Atomic bool tx_switched;     /* (tx) */
-    bool tx_shut;                 /* (tx) SHUT_WR on TCP before the switch: never switch */
-    uint64_t tcp_rx;              /* (rx) bytes read from TCP (peeks excluded) */
-    _Atomic bool rx_switch_known; /* (ctl) */
-    uint64_t rx_switch_at;        /* (ctl) */
-    _Atomic bool rx_on_ring;      /* (rx) */
-    /* The peer left the rings (REVERT): its ring ends at rx_revert_at, then TCP. */
-    _Atomic bool rx_reverted;
-    uint64_t rx_revert_at;
-    _Atomic bool rx_back_on_tcp;
-    /* The peer consumed tx_revert_consumed bytes of our transmit ring and left it:
-     * resend the rest on TCP, then send on TCP. */
-    _Atomic bool tx_revert_pending;
-    uint64_t tx_revert_consumed;
-    _Atomic bool tx_back_on_tcp;
+    /* Where each direction of the byte stream is: TCP or the rings
+     * (transport/stream.h). */
+    struct vs_stream st;
     /* The kernel reported the TCP socket readable or hung up after the switch:
      * look at it before reporting an empty ring (peer death, REVERT data). */
     _Atomic bool tcp_event;
@@ -153,14 +137,12 @@ static inline bool vs_shm_peer_gone(struct vs_shm_conn *c)
 /* The receive side reads the ring now (switch point reached). */
 static inline bool vs_shm_rx_on_ring(struct vs_shm_conn *c)
 {
-    return atomic_load_explicit(&c->rx_on_ring, memory_order_acquire) &&
-           !atomic_load_explicit(&c->rx_back_on_tcp, memory_order_acquire);
+    return vs_stream_rx_on_transport(&c->st);
 }
 
 static inline bool vs_shm_tx_on_ring(struct vs_shm_conn *c)
 {
-    return atomic_load_explicit(&c->tx_switched, memory_order_acquire) &&
-           !atomic_load_explicit(&c->tx_back_on_tcp, memory_order_acquire);
+    return vs_stream_tx_on_transport(&c->st);
 }
 
 #endif

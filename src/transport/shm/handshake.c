@@ -19,6 +19,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "core/reason.h"
 #include "core/clock.h"
 #include "config/log.h"
 #include "interpose/real.h"
@@ -240,7 +241,7 @@ static bool proof_ok(struct vs_shm_conn *c, int chan, uint64_t fd, const char **
     uint64_t want = vs_shm_diag_inode(&c->peer, &c->local);
     /* No socket for the 4-tuple: the peer closed it already (a short
      * connection), nothing to upgrade. */
-    *why = want ? "peer-proof-failed" : "peer-closed";
+    *why = want ? VS_REASON_PEER_PROOF_FAILED : VS_REASON_PEER_CLOSED;
     struct ucred cred;
     if (!want || !peer_cred(chan, &cred) || fd > INT_MAX)
         return false;
@@ -257,7 +258,7 @@ static bool proof_ok(struct vs_shm_conn *c, int chan, uint64_t fd, const char **
         return true;
     /* The peer may have closed its socket while we looked. */
     if (vs_shm_diag_inode(&c->peer, &c->local) == 0)
-        *why = "peer-closed";
+        *why = VS_REASON_PEER_CLOSED;
     return false;
 }
 
@@ -289,7 +290,7 @@ static int attach_tx_ring(struct vs_shm_conn *c, int memfd)
 static void decline(struct vs_shm_conn *c, const char *reason)
 {
     if (vs_shm_diag_inode(&c->peer, &c->local) == 0)
-        reason = "peer-closed";
+        reason = VS_REASON_PEER_CLOSED;
     if (c->chan >= 0)
         vs_shm_send_msg(c, VS_MSG_DECLINE, 0, 0);
     vs_info("shm handshake failed: %s", reason);
@@ -306,23 +307,23 @@ static void finish(struct vs_shm_conn *c)
 /* Accepter: call the connector's rendezvous and introduce ourselves. */
 static void accepter_connect(struct vs_shm_conn *c, int fd)
 {
-    bool data_seen = atomic_load(&c->tcp_data_seen);
+    bool data_seen = atomic_load(&c->st.tcp_data_seen);
     if (c->chan < 0 && (c->chan = c->chan_no = vs_shm_own_fd(c, unix_socket())) < 0)
-        return vs_shm_conn_fail(c, "no-resources");
+        return vs_shm_conn_fail(c, VS_REASON_NO_RESOURCES);
     struct sockaddr_un un;
     socklen_t len = rendezvous_name(c, &un);
     if (vs_real.connect(c->chan, (void *)&un, len) < 0) {
         /* A connector running vsocket listens before its connect() returns,
          * so before it can send: once its bytes are here, it never will. */
         if (data_seen || vs_now_ns() > c->deadline_ns)
-            vs_shm_conn_fail(c, "peer-not-vsocket");
+            vs_shm_conn_fail(c, VS_REASON_PEER_NOT_VSOCKET);
         return;
     }
     if (!peer_uid_ok(c->chan))
-        return decline(c, "peer-credentials");
+        return decline(c, VS_REASON_PEER_CREDENTIALS);
     struct vs_shm_msg m = make_msg(VS_MSG_HELLO, 0, (uint64_t)fd);
     if (send_with_fds(c, &m, NULL, 0) < 0)
-        return decline(c, "no-resources");
+        return decline(c, VS_REASON_NO_RESOURCES);
     vs_shm_bump(c);
     atomic_store(&c->hs, VS_HS_WAIT_ACK);
 }
@@ -331,7 +332,7 @@ static void accepter_connect(struct vs_shm_conn *c, int fd)
  * away and we keep listening for the real one. */
 static void connector_accept(struct vs_shm_conn *c)
 {
-    bool data_seen = atomic_load(&c->tcp_data_seen);
+    bool data_seen = atomic_load(&c->st.tcp_data_seen);
     for (;;) {
         int chan = vs_real.accept4(c->rendezvous, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (chan < 0)
@@ -348,7 +349,7 @@ static void connector_accept(struct vs_shm_conn *c)
     }
     /* An accepter running vsocket calls before it can send anything. */
     if (data_seen || vs_now_ns() > c->deadline_ns)
-        vs_shm_conn_fail(c, "peer-not-vsocket");
+        vs_shm_conn_fail(c, VS_REASON_PEER_NOT_VSOCKET);
 }
 
 /* A caller that is not the peer, or that spoke nonsense: hang up on it and
@@ -373,21 +374,21 @@ static void connector_hello(struct vs_shm_conn *c, int fd, const struct vs_shm_m
     if (!proof_ok(c, c->chan, m->arg2, &why))
         return connector_reject(c, "proof of identity failed");
     if (create_rx_ring(c, fd) < 0)
-        return decline(c, "no-resources");
+        return decline(c, VS_REASON_NO_RESOURCES);
     struct vs_shm_msg ack = make_msg(VS_MSG_HELLO_ACK, c->rx.capacity, (uint64_t)fd);
     int rc = send_with_fds(c, &ack, &c->rx.fd, 1);
     vs_shm_close_own(c, &c->rx.fd);
     atomic_store_explicit(&c->rx_ready, true, memory_order_release);
     if (rc < 0)
-        return decline(c, "no-resources");
+        return decline(c, VS_REASON_NO_RESOURCES);
     atomic_store(&c->hs, VS_HS_WAIT_READY);
 }
 
 static const char *declined(const struct vs_shm_msg *m)
 {
     if (m->type != VS_MSG_DECLINE)
-        return "handshake-malformed";
-    return m->arg == VS_DECLINE_LEAVING ? "peer-left-rings" : "declined-by-peer";
+        return VS_REASON_HANDSHAKE_MALFORMED;
+    return m->arg == VS_DECLINE_LEAVING ? VS_REASON_PEER_LEFT : VS_REASON_DECLINED_BY_PEER;
 }
 
 static void connector_ready(struct vs_shm_conn *c, const struct vs_shm_msg *m, int *fds, int nfds)
@@ -399,7 +400,7 @@ static void connector_ready(struct vs_shm_conn *c, const struct vs_shm_msg *m, i
     int rc = attach_tx_ring(c, fds[0]);
     if (rc < 0) {
         close_fds(fds, nfds);
-        return decline(c, rc == -EPROTO ? "handshake-malformed" : "no-resources");
+        return decline(c, rc == -EPROTO ? VS_REASON_HANDSHAKE_MALFORMED : VS_REASON_NO_RESOURCES);
     }
     finish(c);
 }
@@ -419,16 +420,16 @@ static void accepter_ack(struct vs_shm_conn *c, int fd, const struct vs_shm_msg 
     int rc = attach_tx_ring(c, fds[0]);
     if (rc < 0) {
         close_fd(&fds[0]);
-        return decline(c, rc == -EPROTO ? "handshake-malformed" : "no-resources");
+        return decline(c, rc == -EPROTO ? VS_REASON_HANDSHAKE_MALFORMED : VS_REASON_NO_RESOURCES);
     }
     if (create_rx_ring(c, fd) < 0)
-        return decline(c, "no-resources");
+        return decline(c, VS_REASON_NO_RESOURCES);
     struct vs_shm_msg ready = make_msg(VS_MSG_READY, c->rx.capacity, 0);
     rc = send_with_fds(c, &ready, &c->rx.fd, 1);
     vs_shm_close_own(c, &c->rx.fd);
     atomic_store_explicit(&c->rx_ready, true, memory_order_release);
     if (rc < 0)
-        return decline(c, "no-resources");
+        return decline(c, VS_REASON_NO_RESOURCES);
     finish(c);
 }
 
@@ -438,21 +439,11 @@ static void data_message(struct vs_shm_conn *c, const struct vs_shm_msg *m, int 
     close_fds(fds, nfds);
     switch (m->type) {
     case VS_MSG_SWITCH:
-        if (!atomic_load(&c->rx_switch_known)) {
-            c->rx_switch_at = m->arg;
-            atomic_store_explicit(&c->rx_switch_known, true, memory_order_release);
+        if (vs_stream_peer_switched(&c->st, m->arg))
             vs_shm_bump(c);
-        }
         break;
     case VS_MSG_REVERT:
-        if (!atomic_load(&c->rx_reverted)) {
-            c->rx_revert_at = m->arg2;
-            atomic_store_explicit(&c->rx_reverted, true, memory_order_release);
-        }
-        if (!atomic_load(&c->tx_revert_pending)) {
-            c->tx_revert_consumed = m->arg;
-            atomic_store_explicit(&c->tx_revert_pending, true, memory_order_release);
-        }
+        vs_stream_peer_reverted(&c->st, m->arg, m->arg2);
         vs_shm_bump(c);
         break;
     default: /* WAKE, or anything later versions add: nothing to do */
@@ -523,7 +514,7 @@ static void drain(struct vs_shm_conn *c, int fd)
             else if (hs == VS_HS_DONE)
                 vs_shm_close_own(c, &c->chan); /* the peer left: TCP will say how */
             else
-                decline(c, r == -2 ? "declined-by-peer" : "handshake-malformed");
+                decline(c, r == -2 ? VS_REASON_DECLINED_BY_PEER : VS_REASON_HANDSHAKE_MALFORMED);
             vs_shm_bump(c);
             break;
         }
@@ -570,7 +561,7 @@ void vs_shm_progress(struct vs_shm_conn *c, int fd)
     if (atomic_load(&c->hs) == VS_HS_DONE || atomic_load(&c->hs) == VS_HS_FAILED)
         vs_shm_close_own(c, &c->rendezvous);
     if (atomic_load(&c->hs) != VS_HS_DONE && atomic_load(&c->hs) != VS_HS_FAILED &&
-        vs_now_ns() > c->deadline_ns + 1000000000L)
-        vs_shm_conn_fail(c, "handshake-timeout");
+        vs_now_ns() > c->deadline_ns + VS_UPGRADE_GRACE_NS)
+        vs_shm_conn_fail(c, VS_REASON_HANDSHAKE_TIMEOUT);
     vs_plock_unlock(&c->ctl_lock);
 }

@@ -25,7 +25,7 @@
 #include "transport/shm/shm.h"
 #include "transport/shm/shm_internal.h"
 
-#define NO_LIMIT UINT64_MAX
+#define NO_LIMIT VS_STREAM_NO_LIMIT
 
 static size_t iov_total(const struct iovec *iov, size_t cnt)
 {
@@ -184,10 +184,8 @@ static ssize_t tcp_read(int fd, struct msghdr *msg, socklen_t namelen, size_t sk
  * -EAGAIN nothing, -errno. */
 static int ring_empty(struct vs_shm_conn *c, int fd)
 {
-    if (atomic_load(&c->rx_reverted) && c->rx.pos == c->rx_revert_at) {
-        atomic_store(&c->rx_back_on_tcp, true);
+    if (vs_stream_rx_revert_reached(&c->st, c->rx.pos))
         return 1;
-    }
     if (!atomic_exchange(&c->tcp_event, false))
         return -EAGAIN;
     int t = tcp_peek(fd);
@@ -197,7 +195,7 @@ static int ring_empty(struct vs_shm_conn *c, int fd)
     if (t > 0) {
         /* Bytes on TCP after the switch: legal only after REVERT. */
         vs_shm_progress(c, fd);
-        if (atomic_load(&c->rx_reverted))
+        if (atomic_load(&c->st.rx_reverted))
             return -EAGAIN; /* read the ring up to the revert point first */
         return -ECONNRESET;
     }
@@ -238,19 +236,14 @@ ssize_t vs_shm_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags)
     for (;;) {
         ssize_t n;
         if (!vs_shm_rx_on_ring(c)) {
-            uint64_t limit = NO_LIMIT;
-            if (atomic_load(&c->rx_switch_known) && !atomic_load(&c->rx_back_on_tcp)) {
-                limit = c->rx_switch_at - c->tcp_rx;
-                if (limit == 0) {
-                    atomic_store(&c->rx_on_ring, true);
-                    continue;
-                }
-            }
+            uint64_t limit = vs_stream_tcp_rx_limit(&c->st);
+            if (limit == 0)
+                continue; /* the switch point: the ring from now on */
             n = tcp_read(fd, msg, namelen, total, limit, flags);
             if (n > 0) {
-                atomic_store(&c->tcp_data_seen, true);
+                atomic_store(&c->st.tcp_data_seen, true);
                 if (!(flags & MSG_PEEK))
-                    c->tcp_rx += (uint64_t)n;
+                    c->st.tcp_rx += (uint64_t)n;
                 total += (size_t)n;
                 if (total >= target)
                     break;
@@ -264,16 +257,16 @@ ssize_t vs_shm_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags)
              * accepter may have shut down before our rendezvous existed
              * (it calls again later); see handshake.c. */
             if (n == 0 && c->accepter)
-                atomic_store(&c->tcp_data_seen, true);
+                atomic_store(&c->st.tcp_data_seen, true);
             /* Empty or end of stream: the peer may have switched meanwhile. */
-            bool knew = atomic_load(&c->rx_switch_known);
+            bool knew = atomic_load(&c->st.rx_switch_known);
             vs_shm_progress(c, fd);
-            if (!knew && atomic_load(&c->rx_switch_known))
+            if (!knew && atomic_load(&c->st.rx_switch_known))
                 continue;
             if (n == 0) {
                 vs_debug("recv fd %d: TCP EOF at %lu (switch known %d at %lu)", fd,
-                         (unsigned long)c->tcp_rx, atomic_load(&c->rx_switch_known),
-                         (unsigned long)c->rx_switch_at);
+                         (unsigned long)c->st.tcp_rx, atomic_load(&c->st.rx_switch_known),
+                         (unsigned long)c->st.rx_switch_at);
                 break;
             }
         } else {
@@ -333,20 +326,19 @@ ssize_t vs_shm_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags)
 /* Sender: move to the ring at the next byte, once the peer's ring is ours. */
 static void maybe_switch(struct vs_shm_conn *c)
 {
-    if (atomic_load(&c->tx_switched) || c->tx_shut || !atomic_load(&c->tx_ready) ||
-        atomic_load(&c->tx_revert_pending))
+    if (!vs_stream_tx_may_switch(&c->st) || !atomic_load(&c->tx_ready))
         return;
     vs_plock_lock(&c->ctl_lock);
     if (c->chan >= 0) {
         struct vs_shm_msg m = {.magic = VS_SHM_MAGIC,
                                .version = VS_SHM_VERSION,
                                .type = VS_MSG_SWITCH,
-                               .arg = c->tcp_tx};
+                               .arg = c->st.tcp_tx};
         struct iovec iov = {&m, sizeof(m)};
         struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
         /* Only once the receiver is sure to learn S may a byte go to the ring. */
         if (vs_real.sendmsg(c->chan, &mh, MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)sizeof(m)) {
-            atomic_store(&c->tx_switched, true);
+            atomic_store(&c->st.tx_switched, true);
             vs_shm_bump(c);
         }
     }
@@ -358,7 +350,7 @@ static void maybe_switch(struct vs_shm_conn *c)
 static int finish_revert(struct vs_shm_conn *c, int fd)
 {
     char buf[16384];
-    uint64_t at = c->tx_revert_consumed;
+    uint64_t at = c->st.tx_revert_consumed;
     for (;;) {
         ssize_t n = vs_ring_unread_copy(&c->tx, at, buf, sizeof(buf));
         if (n < 0)
@@ -381,7 +373,7 @@ static int finish_revert(struct vs_shm_conn *c, int fd)
         }
         at += (uint64_t)n;
     }
-    atomic_store(&c->tx_back_on_tcp, true);
+    atomic_store(&c->st.tx_back_on_tcp, true);
     vs_shm_bump(c);
     return 0;
 }
@@ -414,7 +406,7 @@ static ssize_t ring_send(struct vs_shm_conn *c, int fd, const struct iovec *iov,
         }
         if (n == -EPROTO)
             return total ? (ssize_t)total : -ECONNRESET;
-        if (atomic_load(&c->tx_revert_pending))
+        if (atomic_load(&c->st.tx_revert_pending))
             return total ? (ssize_t)total : -ESTALE; /* continue on TCP */
         /* Full. A peer that died (SIGKILL) never drains it, and only its
          * side channel's hang-up says so: a blocking sender hears it in
@@ -458,12 +450,12 @@ static ssize_t ring_send(struct vs_shm_conn *c, int fd, const struct iovec *iov,
 
 void vs_shm_revert_if_asked(struct vs_shm_conn *c, int fd)
 {
-    if (!atomic_load(&c->tx_revert_pending) || atomic_load(&c->tx_back_on_tcp) ||
+    if (!atomic_load(&c->st.tx_revert_pending) || atomic_load(&c->st.tx_back_on_tcp) ||
         !vs_plock_trylock(&c->tx_lock))
         return;
-    if (atomic_load(&c->tx_switched) && !atomic_load(&c->tx_back_on_tcp))
+    if (atomic_load(&c->st.tx_switched) && !atomic_load(&c->st.tx_back_on_tcp))
         finish_revert(c, fd);
-    atomic_store(&c->tx_back_on_tcp, true);
+    atomic_store(&c->st.tx_back_on_tcp, true);
     vs_plock_unlock(&c->tx_lock);
 }
 
@@ -477,9 +469,9 @@ ssize_t vs_shm_sendmsg(struct vs_sock *s, int fd, const struct msghdr *msg, int 
     maybe_switch(c);
     ssize_t n = 0;
     for (;;) {
-        if (atomic_load(&c->tx_revert_pending) && !atomic_load(&c->tx_back_on_tcp)) {
-            int rc = atomic_load(&c->tx_switched) ? finish_revert(c, fd) : 0;
-            atomic_store(&c->tx_back_on_tcp, true);
+        if (atomic_load(&c->st.tx_revert_pending) && !atomic_load(&c->st.tx_back_on_tcp)) {
+            int rc = atomic_load(&c->st.tx_switched) ? finish_revert(c, fd) : 0;
+            atomic_store(&c->st.tx_back_on_tcp, true);
             if (rc < 0) {
                 n = rc;
                 break;
@@ -488,7 +480,7 @@ ssize_t vs_shm_sendmsg(struct vs_sock *s, int fd, const struct msghdr *msg, int 
         if (!vs_shm_tx_on_ring(c)) {
             n = vs_real.sendmsg(fd, msg, flags);
             if (n > 0)
-                c->tcp_tx += (uint64_t)n;
+                c->st.tcp_tx += (uint64_t)n;
             n = n < 0 ? -errno : n;
             break;
         }
@@ -520,7 +512,7 @@ ssize_t vs_shm_sendfile(struct vs_sock *s, int fd, int in_fd, off_t *offset, siz
         vs_plock_lock(&c->tx_lock);
         ssize_t n = vs_real.sendfile(fd, in_fd, offset, count);
         if (n > 0)
-            c->tcp_tx += (uint64_t)n;
+            c->st.tcp_tx += (uint64_t)n;
         vs_plock_unlock(&c->tx_lock);
         return n;
     }
@@ -586,7 +578,7 @@ int vs_shm_shutdown(struct vs_sock *s, int fd, int how)
             vs_ring_close_writer(&c->tx);
             vs_shm_send_msg(c, VS_MSG_WAKE, 0, 0);
         } else {
-            c->tx_shut = true;
+            c->st.tx_shut = true;
             r = vs_real.shutdown(fd, SHUT_WR);
         }
         vs_plock_unlock(&c->tx_lock);

@@ -85,7 +85,7 @@ void vs_shm_on_connect(struct vs_sock *s, int fd, const struct sockaddr *peer, s
         /* EADDRINUSE: someone holds our name. We do not upgrade; the peer
          * will find a caller that cannot prove it holds our socket. */
         vs_info("fd %d: shm rendezvous unavailable (%s): staying on the kernel", fd, strerror(-rc));
-        vs_stats_set_reason(s->stat, "rendezvous-unavailable");
+        vs_stats_set_reason(s->stat, VS_REASON_RENDEZVOUS_UNAVAILABLE);
         vs_shm_conn_free(c);
         return;
     }
@@ -115,9 +115,9 @@ void vs_shm_sync(struct vs_sock *s, int fd)
     if (hs == s->conn_shown) {
         /* The peer left the rings (exec, stdio, splice): say so once. */
         if (hs == VS_HS_DONE && s->transport == VS_TRANSPORT_SHM &&
-            atomic_load_explicit(&c->rx_reverted, memory_order_relaxed)) {
+            atomic_load_explicit(&c->st.rx_reverted, memory_order_relaxed)) {
             s->transport = VS_TRANSPORT_KERNEL;
-            vs_stats_set_transport(s->stat, VS_TRANSPORT_KERNEL, "peer-left-rings");
+            vs_stats_set_transport(s->stat, VS_TRANSPORT_KERNEL, VS_REASON_PEER_LEFT);
         }
         return;
     }
@@ -172,10 +172,10 @@ bool vs_shm_spin(struct vs_ring *ring, bool want_data)
 /* The receive side reads the ring now, or will at its next call. */
 static bool rx_ring_phase(struct vs_shm_conn *c)
 {
-    if (!atomic_load(&c->rx_ready) || atomic_load(&c->rx_back_on_tcp))
+    if (!atomic_load(&c->rx_ready) || atomic_load(&c->st.rx_back_on_tcp))
         return false;
-    return atomic_load(&c->rx_on_ring) ||
-           (atomic_load(&c->rx_switch_known) && c->tcp_rx == c->rx_switch_at);
+    return atomic_load(&c->st.rx_switched) ||
+           (atomic_load(&c->st.rx_switch_known) && c->st.tcp_rx == c->st.rx_switch_at);
 }
 
 /* The send side can go on: room in the tx ring, its reader gone, or the
@@ -250,7 +250,7 @@ unsigned vs_shm_poll(struct vs_sock *s, int fd, unsigned interest, int tcp_reven
     if (rx_ring) {
         ssize_t r = vs_ring_readable(&c->rx);
         bool closed = vs_ring_peer_closed(&c->rx);
-        if (r != 0 || closed || atomic_load(&c->rx_reverted))
+        if (r != 0 || closed || atomic_load(&c->st.rx_reverted))
             m |= POLLIN;
         if (closed)
             m |= POLLRDHUP;
@@ -261,10 +261,10 @@ unsigned vs_shm_poll(struct vs_sock *s, int fd, unsigned interest, int tcp_reven
     } else {
         m |= tcp & (POLLIN | POLLPRI | POLLRDHUP);
         if ((tcp & POLLIN) && c->accepter) /* the connector: see io.c */
-            atomic_store(&c->tcp_data_seen, true);
+            atomic_store(&c->st.tcp_data_seen, true);
     }
     if (tx_ring) {
-        if (tx_ring_room(c) || atomic_load(&c->tx_revert_pending))
+        if (tx_ring_room(c) || atomic_load(&c->st.tx_revert_pending))
             m |= POLLOUT;
         if (tcp & (POLLRDHUP | POLLHUP | POLLERR))
             atomic_store(&c->tcp_event, true);
@@ -339,7 +339,7 @@ bool vs_shm_rx_by_kernel(struct vs_sock *s)
     /* Not while TCP bytes before a known switch point remain: reading them
      * (a local act) puts the ring's bytes next. */
     return !rx_ring_phase(c) &&
-           (!atomic_load(&c->rx_switch_known) || atomic_load(&c->rx_back_on_tcp));
+           (!atomic_load(&c->st.rx_switch_known) || atomic_load(&c->st.rx_back_on_tcp));
 }
 
 void vs_shm_disarm(struct vs_sock *s, unsigned armed)
