@@ -216,6 +216,8 @@ static void load_fd_floor(struct vs_config *c)
 void vs_config_load(struct vs_config *c)
 {
     vs_config_defaults(c);
+    /* Before the log: opening a log file places a descriptor of ours. */
+    load_fd_floor(c);
     load_log(c);
     load_transports(c);
     load_bool("VSOCKET_STATS", &c->stats);
@@ -225,5 +227,4 @@ void vs_config_load(struct vs_config *c)
     c->stats_max = (unsigned)stats_max;
     load_bool("VSOCKET_FOLLOW_EXEC", &c->follow_exec);
     load_shm(c);
-    load_fd_floor(c);
 }

@@ -46,10 +46,12 @@ static void expand_path(const char *path, char *out, size_t outlen)
 
 /* The program closed the log file's number (a daemon closing everything):
  * no line may reach whatever it opens there next. */
-static void log_fd_lost(void *owner, int fd)
+static void log_fd_lost(void *owner, int fd, unsigned first, unsigned last)
 {
     (void)owner;
     (void)fd;
+    (void)first;
+    (void)last;
     __atomic_store_n(&log_fd, -1, __ATOMIC_RELAXED);
 }
 

@@ -16,9 +16,10 @@
 #define CHUNKS 1024 /* 1 Mi numbers, the kernel's default nr_open */
 #define LIMIT (PER_CHUNK * CHUNKS)
 #define AUTO_FLOOR_MAX 1024
-/* An entry whose owner is being told: it is ours until the program's call
- * runs, but no longer ours to close. */
-#define LEAVING ((void *)1)
+/* Set in an entry's owner while the owner is told: the number is ours until
+ * the program's call runs, but no longer ours to close. Owners are objects,
+ * so the low bit is free. */
+#define LEAVING ((uintptr_t)1)
 
 struct entry {
     _Atomic(void *) owner;
@@ -127,11 +128,12 @@ void vs_ownfd_taken(unsigned first, unsigned last)
             continue;
         }
         void *owner = atomic_load_explicit(&e->owner, memory_order_acquire);
-        if (!owner || owner == LEAVING ||
-            !atomic_compare_exchange_strong(&e->owner, &owner, LEAVING))
+        if (!owner || ((uintptr_t)owner & LEAVING) ||
+            !atomic_compare_exchange_strong(&e->owner, &owner,
+                                            (void *)((uintptr_t)owner | LEAVING)))
             continue;
         if (e->lost)
-            e->lost(owner, (int)fd);
+            e->lost(owner, (int)fd, first, last);
         atomic_store_explicit(&e->owner, NULL, memory_order_release);
     }
 }
@@ -140,5 +142,16 @@ bool vs_ownfd_is_ours(int fd)
 {
     struct entry *e = entry_of(fd, false);
     void *owner = e ? atomic_load_explicit(&e->owner, memory_order_acquire) : NULL;
-    return owner && owner != LEAVING;
+    return owner && !((uintptr_t)owner & LEAVING);
+}
+
+bool vs_ownfd_mine(int fd, const void *owner)
+{
+    if (fd < 0)
+        return false;
+    if (fd >= LIMIT)
+        return true;
+    struct entry *e = entry_of(fd, false);
+    void *o = e ? atomic_load_explicit(&e->owner, memory_order_acquire) : NULL;
+    return ((uintptr_t)o & ~LEAVING) == (uintptr_t)owner;
 }

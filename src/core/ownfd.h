@@ -2,7 +2,7 @@
  *
  * The program's view of its descriptor table is authoritative. Every
  * descriptor vsocket keeps beyond one call (side channels, rendezvous
- * sockets, ring memfds, the epoll kick eventfd, the log file) is:
+ * sockets, the epoll kick eventfd, the log file) is:
  *  - close-on-exec, and moved at or above a floor (VSOCKET_FD_FLOOR) where
  *    programs do not put descriptors of their own by number;
  *  - registered here with its owner. When the program takes the number
@@ -18,9 +18,11 @@
 
 #include <stdbool.h>
 
-/* Called when the program takes FD: the owner stops using it, and does not
- * close it. Runs in the program's thread, inside its close/dup2/... call. */
-typedef void (*vs_ownfd_lost_fn)(void *owner, int fd);
+/* Called when the program takes FD, one of the numbers [FIRST, LAST] it is
+ * closing or overwriting: the owner stops using it, and does not close it.
+ * Runs in the program's thread, inside its close/dup2/... call, while FD is
+ * still ours (vs_ownfd_mine). */
+typedef void (*vs_ownfd_lost_fn)(void *owner, int fd, unsigned first, unsigned last);
 
 /* Makes FD one of ours: moved above the floor (the original number is
  * closed) and registered to OWNER. Returns the number to use from now on
@@ -38,6 +40,11 @@ void vs_ownfd_taken(unsigned first, unsigned last);
 
 /* Whether FD is registered as ours (tests, diagnostics). */
 bool vs_ownfd_is_ours(int fd);
+
+/* Whether FD is ours, for OWNER, in this process: the check before every
+ * use of a number whose owner state other processes share (after fork, one
+ * process may have given the number to its program and another not). */
+bool vs_ownfd_mine(int fd, const void *owner);
 
 /* The floor our descriptors are moved to (VSOCKET_FD_FLOOR, or by default
  * half the soft RLIMIT_NOFILE, at most 1024). */

@@ -51,12 +51,14 @@ static void show_sandboxed(int fd, struct vs_sock *s, void *arg)
 
 bool vs_sandbox_enter(void)
 {
-    if (vs_sandboxed())
+    bool was = false;
+    if (!atomic_compare_exchange_strong(&vs_sandbox_on, &was, true))
         return false;
+    /* From here on, new sockets and other threads' calls pass through; the
+     * connections already there leave while we may still make calls. */
     vs_transports_leave_all(VS_REASON_SANDBOXED);
     vs_fd_for_each(show_sandboxed, NULL);
     vs_info("a seccomp filter goes in: from now on this process only passes calls on");
-    atomic_store(&vs_sandbox_on, true);
     return true;
 }
 

@@ -169,7 +169,8 @@ VS_EXPORT int execle(const char *path, const char *arg, ...)
     do {                                                                                           \
         bool entered = (installs) && vs_sandbox_enter();                                           \
         long r = (call);                                                                           \
-        if (r < 0 && entered) {                                                                    \
+        /* seccomp with TSYNC fails with a thread id > 0 */                                        \
+        if (r != 0 && entered) {                                                                   \
             int saved_errno = errno;                                                               \
             vs_sandbox_enter_failed();                                                             \
             errno = saved_errno;                                                                   \

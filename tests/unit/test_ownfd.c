@@ -11,8 +11,10 @@
 
 static int lost_calls, lost_fd = -1;
 
-static void on_lost(void *owner, int fd)
+static void on_lost(void *owner, int fd, unsigned first, unsigned last)
 {
+    CHECK((unsigned)fd >= first && (unsigned)fd <= last);
+    CHECK(vs_ownfd_mine(fd, owner)); /* still ours while told */
     CHECK(owner == &lost_calls);
     /* Told while the number is still ours: it must still be open. */
     CHECK(fcntl(fd, F_GETFD) >= 0);
@@ -39,6 +41,8 @@ static void test_take_moves_and_closes(void)
     CHECK(fcntl(raw, F_GETFD) < 0); /* the low number was given back */
     CHECK(fcntl(fd, F_GETFD) == FD_CLOEXEC);
     CHECK(vs_ownfd_is_ours(fd));
+    CHECK(vs_ownfd_mine(fd, &lost_calls));
+    CHECK(!vs_ownfd_mine(fd, &floor));
     vs_ownfd_close(fd, &floor); /* another owner: left alone */
     CHECK(fcntl(fd, F_GETFD) >= 0);
     vs_ownfd_close(fd, &lost_calls);
@@ -57,6 +61,7 @@ static void test_taken_by_program(void)
     CHECK_EQ(lost_calls, 1);
     CHECK_EQ(lost_fd, fd);
     CHECK(!vs_ownfd_is_ours(fd));
+    CHECK(!vs_ownfd_mine(fd, &lost_calls));
     CHECK(dup2(mine, fd) == fd); /* the program's call */
     vs_ownfd_close(fd, &lost_calls);
     CHECK(fcntl(fd, F_GETFD) >= 0); /* still the program's */

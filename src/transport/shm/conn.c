@@ -19,6 +19,7 @@
 #include "core/sock.h"
 #include "interpose/real.h"
 #include "transport/shm/conn.h"
+#include "transport/shm/ops.h"
 #include "transport/shm/proto.h"
 #include "transport/shm/shm.h"
 #include "transport/shm/shm_internal.h"
@@ -99,7 +100,7 @@ void vs_shm_conn_free(struct vs_shm_conn *c)
     munmap(c, sizeof(*c));
 }
 
-static void fd_lost(void *owner, int fd);
+static void fd_lost(void *owner, int fd, unsigned first, unsigned last);
 
 int vs_shm_own_fd(struct vs_shm_conn *c, int fd)
 {
@@ -144,8 +145,7 @@ void vs_shm_release(struct vs_sock *s)
      * mappings and descriptors go, through private copies. Our copies of
      * descriptors another holder closed are known by their numbers only. */
     struct vs_ring rx = c->rx, tx = c->tx;
-    int fds[] = {c->chan, c->rendezvous, c->chan_no, c->rendezvous_no, rx.fd};
-    rx.fd = -1;
+    int fds[] = {c->chan, c->rendezvous, c->chan_no, c->rendezvous_no};
     vs_plock_unlock(&c->ctl_lock);
     if (tx_ready)
         vs_ring_destroy(&tx);
@@ -200,17 +200,36 @@ static void leave_locked(struct vs_shm_conn *c, const char *reason)
         vs_shm_conn_fail(c, reason);
 }
 
-/* The program is taking one of C's numbers (close, dup2 onto it,
- * close_range): leave the rings while the side channel is still ours; the
- * program's call closes the number. */
-static void fd_lost(void *owner, int fd)
+struct holder_search {
+    struct vs_shm_conn *c;
+    unsigned first, last;
+    bool found;
+};
+
+static void find_holder(int fd, struct vs_sock *s, void *arg)
+{
+    struct holder_search *h = arg;
+    if (s->conn == h->c && ((unsigned)fd < h->first || (unsigned)fd > h->last))
+        h->found = true;
+}
+
+/* The program is taking one of C's numbers, one of [FIRST, LAST] that its
+ * call closes or overwrites. If this process keeps the connection (an fd of
+ * the socket outside the range: sshd's child with it on 0 and 1), the
+ * connection leaves the rings while the side channel is still ours, for
+ * every holder. Otherwise the same call closes the socket too (a forked
+ * child's closefrom before exec): only this process lets go of the number,
+ * and other holders carry on. */
+static void fd_lost(void *owner, int fd, unsigned first, unsigned last)
 {
     struct vs_shm_conn *c = owner;
+    struct holder_search h = {c, first, last, false};
+    vs_fd_for_each(find_holder, &h);
+    if (!h.found)
+        return;
     vs_plock_lock(&c->ctl_lock);
-    if (fd == c->chan || fd == c->rendezvous || fd == c->rx.fd) {
+    if (fd == c->chan || fd == c->rendezvous) {
         vs_info("the program took descriptor %d of a connection's side channel", fd);
-        if (fd == c->rx.fd)
-            c->rx.fd = -1;
         leave_locked(c, VS_REASON_FD_TAKEN);
     }
     vs_plock_unlock(&c->ctl_lock);
@@ -237,7 +256,7 @@ static void leave_one(int fd, struct vs_sock *s, void *arg)
 {
     const struct leave_all *how = arg;
     struct vs_shm_conn *c = s->conn;
-    if (!c)
+    if (s->ops != &vs_shm_ops || !c)
         return;
     if (how->inherited_only) {
         long fl = syscall(SYS_fcntl, fd, F_GETFD);

@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/ownfd.h"
 #include "core/sock.h"
 #include "memory/plock.h"
 #include "memory/ring.h"
@@ -109,6 +110,14 @@ static inline void vs_shm_bump(struct vs_shm_conn *c)
 {
     atomic_fetch_add(&c->gen, 1);
     vs_shm_pass_news_on(c);
+}
+
+/* A descriptor of C (chan, rendezvous, rx.fd) as this process may use it:
+ * -1 where its program took the number (core/ownfd.h), whatever other
+ * holders of the connection (fork) still have under it. */
+static inline int vs_shm_fd(struct vs_shm_conn *c, int fd)
+{
+    return vs_ownfd_mine(fd, c) ? fd : -1;
 }
 
 static inline struct vs_shm_conn *conn_of(struct vs_sock *s)

@@ -101,8 +101,8 @@ int vs_shm_rendezvous_listen(struct vs_shm_conn *c)
 
 int vs_shm_event_fd(struct vs_shm_conn *c)
 {
-    int fd = c->chan;
-    return fd >= 0 ? fd : c->rendezvous;
+    int fd = vs_shm_fd(c, c->chan);
+    return fd >= 0 ? fd : vs_shm_fd(c, c->rendezvous);
 }
 
 static int send_with_fds(struct vs_shm_conn *c, const struct vs_shm_msg *m, const int *fds,
@@ -124,7 +124,10 @@ static int send_with_fds(struct vs_shm_conn *c, const struct vs_shm_msg *m, cons
         cm->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
         memcpy(CMSG_DATA(cm), fds, (size_t)nfds * sizeof(int));
     }
-    ssize_t n = vs_real.sendmsg(c->chan, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+    int chan = vs_shm_fd(c, c->chan);
+    if (chan < 0)
+        return -1;
+    ssize_t n = vs_real.sendmsg(chan, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
     return n == (ssize_t)sizeof(*m) ? 0 : -1;
 }
 
@@ -267,8 +270,8 @@ static int create_rx_ring(struct vs_shm_conn *c, int fd)
     int rc = vs_ring_create(&c->rx, vs_shm_ring_capacity(fd), VS_RING_CONSUMER);
     if (rc < 0)
         return rc;
-    /* Kept until the peer has it, maybe across calls. */
-    c->rx.fd = vs_shm_own_fd(c, c->rx.fd);
+    /* Its memfd lives until it is sent, within this call (not ours to
+     * register: transient, core/ownfd.h). */
     c->rx.futex_signal = false;
     return 0;
 }
@@ -334,7 +337,8 @@ static void connector_accept(struct vs_shm_conn *c)
 {
     bool data_seen = atomic_load(&c->st.tcp_data_seen);
     for (;;) {
-        int chan = vs_real.accept4(c->rendezvous, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        int chan =
+            vs_real.accept4(vs_shm_fd(c, c->rendezvous), NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (chan < 0)
             break;
         if (peer_uid_ok(chan)) {
@@ -371,13 +375,13 @@ static void connector_hello(struct vs_shm_conn *c, int fd, const struct vs_shm_m
         return connector_reject(c, "not a HELLO");
     }
     const char *why;
-    if (!proof_ok(c, c->chan, m->arg2, &why))
+    if (!proof_ok(c, vs_shm_fd(c, c->chan), m->arg2, &why))
         return connector_reject(c, "proof of identity failed");
     if (create_rx_ring(c, fd) < 0)
         return decline(c, VS_REASON_NO_RESOURCES);
     struct vs_shm_msg ack = make_msg(VS_MSG_HELLO_ACK, c->rx.capacity, (uint64_t)fd);
     int rc = send_with_fds(c, &ack, &c->rx.fd, 1);
-    vs_shm_close_own(c, &c->rx.fd);
+    vs_ring_close_fd(&c->rx);
     atomic_store_explicit(&c->rx_ready, true, memory_order_release);
     if (rc < 0)
         return decline(c, VS_REASON_NO_RESOURCES);
@@ -413,7 +417,7 @@ static void accepter_ack(struct vs_shm_conn *c, int fd, const struct vs_shm_msg 
         return decline(c, declined(m));
     }
     const char *why;
-    if (!proof_ok(c, c->chan, m->arg2, &why)) {
+    if (!proof_ok(c, vs_shm_fd(c, c->chan), m->arg2, &why)) {
         close_fd(&fds[0]);
         return decline(c, why);
     }
@@ -426,7 +430,7 @@ static void accepter_ack(struct vs_shm_conn *c, int fd, const struct vs_shm_msg 
         return decline(c, VS_REASON_NO_RESOURCES);
     struct vs_shm_msg ready = make_msg(VS_MSG_READY, c->rx.capacity, 0);
     rc = send_with_fds(c, &ready, &c->rx.fd, 1);
-    vs_shm_close_own(c, &c->rx.fd);
+    vs_ring_close_fd(&c->rx);
     atomic_store_explicit(&c->rx_ready, true, memory_order_release);
     if (rc < 0)
         return decline(c, VS_REASON_NO_RESOURCES);
@@ -467,9 +471,10 @@ static int drain_data(struct vs_shm_conn *c)
         mh[i].msg_hdr.msg_iov = &iov[i];
         mh[i].msg_hdr.msg_iovlen = 1;
     }
-    int n = vs_real.recvmmsg(c->chan, mh, BATCH, MSG_DONTWAIT, NULL);
+    int chan = vs_shm_fd(c, c->chan);
+    int n = vs_real.recvmmsg(chan, mh, BATCH, MSG_DONTWAIT, NULL);
     if (n < 0 && errno == ECONNRESET) /* as in recv_msg */
-        n = vs_real.recvmmsg(c->chan, mh, BATCH, MSG_DONTWAIT, NULL);
+        n = vs_real.recvmmsg(chan, mh, BATCH, MSG_DONTWAIT, NULL);
     if (n < 0)
         return 0;
     for (int i = 0; i < n; i++) {
@@ -503,7 +508,7 @@ static void drain(struct vs_shm_conn *c, int fd)
     for (int budget = 64; budget > 0 && c->chan >= 0; budget--) {
         struct vs_shm_msg m;
         int fds[MAX_FDS], nfds = 0;
-        int r = recv_msg(c->chan, &m, fds, &nfds);
+        int r = recv_msg(vs_shm_fd(c, c->chan), &m, fds, &nfds);
         if (r == 0)
             break;
         any = true;

@@ -337,7 +337,8 @@ static void maybe_switch(struct vs_shm_conn *c)
         struct iovec iov = {&m, sizeof(m)};
         struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
         /* Only once the receiver is sure to learn S may a byte go to the ring. */
-        if (vs_real.sendmsg(c->chan, &mh, MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)sizeof(m)) {
+        if (vs_real.sendmsg(vs_shm_fd(c, c->chan), &mh, MSG_DONTWAIT | MSG_NOSIGNAL) ==
+            (ssize_t)sizeof(m)) {
             atomic_store(&c->st.tx_switched, true);
             vs_shm_bump(c);
         }
