@@ -25,21 +25,13 @@
 
 static int reader(int n, unsigned long ino, const char *envfds)
 {
-    int ok[LC_MAX_FDS], nok = fds_parse(envfds, ok, LC_MAX_FDS - 4), failed = 0;
-    char who[32], want[64], err[200];
-
-    alarm(15);
-    ok[nok++] = 0, ok[nok++] = 1, ok[nok++] = 2, ok[nok++] = n;
+    char who[32], err[200];
     snprintf(who, sizeof(who), "reader N=%d", n);
-    snprintf(want, sizeof(want), "config for fd %d\n", n);
-    failed |= fds_exactly(ok, nok, who) < 0;
-    failed |= fd_passed_ok(n, ino, want, who) < 0;
+    int failed = reader_check(who, n, ino, envfds);
     if (echo_check(0, 1, 16384, (unsigned)n, err, sizeof(err)) < 0) {
         fprintf(stderr, "%s: the connection on fds 0/1 after exec: %s\n", who, err);
         failed = 1;
     }
-    if (failed)
-        fd_dump(who, ok, nok);
     return failed;
 }
 

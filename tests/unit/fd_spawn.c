@@ -21,18 +21,9 @@ extern char **environ;
 
 static int reader(int n, unsigned long ino, const char *envfds)
 {
-    int ok[LC_MAX_FDS], nok = fds_parse(envfds, ok, LC_MAX_FDS - 4), failed = 0;
-    char who[32], want[64];
-
-    alarm(15);
-    ok[nok++] = 0, ok[nok++] = 1, ok[nok++] = 2, ok[nok++] = n;
+    char who[32];
     snprintf(who, sizeof(who), "spawned reader N=%d", n);
-    snprintf(want, sizeof(want), "config for fd %d\n", n);
-    failed |= fds_exactly(ok, nok, who) < 0;
-    failed |= fd_passed_ok(n, ino, want, who) < 0;
-    if (failed)
-        fd_dump(who, ok, nok);
-    return failed;
+    return reader_check(who, n, ino, envfds);
 }
 
 static int spawn_one(int c, int n, const char *envfds, const int *env, int nenv)

@@ -324,4 +324,22 @@ static inline int fd_passed_ok(int fd, unsigned long ino, const char *want, cons
     return 0;
 }
 
+/* The exec'd (or spawned) reader of descriptor N: exactly 0, 1, 2, N and
+ * the descriptors the test started with (ENVFDS) are open, and N is the
+ * socketpair with inode INO carrying "config for fd N". 0 if so. */
+static inline int reader_check(const char *who, int n, unsigned long ino, const char *envfds)
+{
+    int ok[LC_MAX_FDS], nok = fds_parse(envfds, ok, LC_MAX_FDS - 4), failed = 0;
+    char want[64];
+
+    alarm(15);
+    ok[nok++] = 0, ok[nok++] = 1, ok[nok++] = 2, ok[nok++] = n;
+    snprintf(want, sizeof(want), "config for fd %d\n", n);
+    failed |= fds_exactly(ok, nok, who) < 0;
+    failed |= fd_passed_ok(n, ino, want, who) < 0;
+    if (failed)
+        fd_dump(who, ok, nok);
+    return failed;
+}
+
 #endif
