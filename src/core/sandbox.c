@@ -9,6 +9,7 @@
 #include "config/log.h"
 #include "core/fdtable.h"
 #include "core/reason.h"
+#include "readiness/epoll.h"
 #include "transport/transport.h"
 
 _Atomic bool vs_sandbox_on;
@@ -57,6 +58,7 @@ bool vs_sandbox_enter(void)
     /* From here on, new sockets and other threads' calls pass through; the
      * connections already there leave while we may still make calls. */
     vs_transports_leave_all(VS_REASON_SANDBOXED);
+    vs_epoll_make_plain();
     vs_fd_for_each(show_sandboxed, NULL);
     vs_info("a seccomp filter goes in: from now on this process only passes calls on");
     return true;

@@ -754,6 +754,37 @@ void vs_epoll_range_closing(unsigned first, unsigned last)
     pthread_mutex_unlock(&lock);
 }
 
+/* R becomes the kernel registration its user asked for (a dormant one
+ * none), and is forgotten. */
+static void make_plain(struct rec *r)
+{
+    struct vs_sock *s = rec_sock(r);
+    int epfd = r->epfd, fd = r->fd;
+    bool keep = !r->dormant && s;
+    struct epoll_event ev = {.events = r->disabled ? 0 : r->events, .data = r->data};
+    rec_drop(r, s); /* deletes its kernel registrations, when S is there */
+    if (keep)
+        vs_real.epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
+    if (s)
+        vs_sock_put(s);
+}
+
+void vs_epoll_make_plain(void)
+{
+    pthread_mutex_lock(&lock);
+    for (int epfd = 0; sets && epfd < MAX_EPFD; epfd++) {
+        if (kick_in[epfd])
+            vs_real.epoll_ctl(epfd, EPOLL_CTL_DEL, atomic_load(&kick_fd), NULL);
+        kick_in[epfd] = false;
+        nested[epfd] = false;
+        while (colds[epfd])
+            make_plain(colds[epfd]);
+        while (sets[epfd])
+            make_plain(sets[epfd]);
+    }
+    pthread_mutex_unlock(&lock);
+}
+
 void vs_epoll_fork_prepare(void)
 {
     pthread_mutex_lock(&lock);

@@ -17,6 +17,11 @@ void vs_epoll_kick(void *rec);
 
 /* fork: the records' lock is held across it; the child forgets its
  * dormant records (the kernel sets are shared with the parent). */
+/* A seccomp filter goes in (core/sandbox.h): every record becomes the plain
+ * kernel registration its user asked for, while we may still make calls,
+ * and every set passes through from then on. */
+void vs_epoll_make_plain(void);
+
 void vs_epoll_fork_prepare(void);
 void vs_epoll_fork_parent(void);
 void vs_epoll_fork_child(void);

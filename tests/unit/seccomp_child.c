@@ -10,10 +10,13 @@
  * message, futex wake-up or statistics file work, not even at exit.
  * Variants: the filter set with prctl(PR_SET_SECCOMP) (sshd) and with
  * seccomp(2) (libseccomp), both before the child touches the socket; and
- * prctl after the child has moved data itself. Each child sends 16 KiB,
+ * prctl after the child has moved data itself; and the socket in an epoll
+ * set made before the filter and waited on under it (epoll_wait allowed:
+ * the event must come back with the program's own data). Each child sends 16 KiB,
  * checks their echo, closes and exits 0. Exit 0 if every variant did; 77
  * (skipped) off x86_64 and under AddressSanitizer. */
 #include <stddef.h>
+#include <sys/epoll.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <linux/audit.h>
@@ -42,12 +45,28 @@ static struct sock_filter filter[] = {
     ALLOW(__NR_exit_group),
     ALLOW(__NR_exit),
     ALLOW(__NR_rt_sigreturn),
+    ALLOW(__NR_epoll_wait),
     BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
 };
 
-enum variant { PRCTL, SECCOMP_SYSCALL, PRCTL_AFTER_DATA };
+enum variant { PRCTL, SECCOMP_SYSCALL, PRCTL_AFTER_DATA, EPOLL_SET };
 static const char *variant_names[] = {"prctl(PR_SET_SECCOMP)", "seccomp(SECCOMP_SET_MODE_FILTER)",
-                                      "prctl after the child moved data"};
+                                      "prctl after the child moved data",
+                                      "epoll set made before the filter"};
+
+#define EPOLL_DATA 0x5eedull
+
+/* Under the filter: a byte sent comes back, and the set made before the
+ * filter reports it with the program's data. 0 if so. */
+static int epoll_echo(int ep, int c)
+{
+    struct epoll_event ev;
+    char b = 0;
+    if (send(c, "x", 1, 0) != 1 || epoll_wait(ep, &ev, 1, 3000) != 1 || ev.data.u64 != EPOLL_DATA ||
+        !(ev.events & EPOLLIN) || recv(c, &b, 1, 0) != 1 || b != 'x')
+        return -1;
+    return 0;
+}
 
 static void child(int c, enum variant v)
 {
@@ -58,6 +77,15 @@ static void child(int c, enum variant v)
         fprintf(stderr, "seccomp_child %s: before the filter: %s\n", variant_names[v], err);
         exit(1);
     }
+    int ep = -1;
+    if (v == EPOLL_SET) {
+        struct epoll_event ev = {.events = EPOLLIN, .data.u64 = EPOLL_DATA};
+        ep = epoll_create1(0);
+        if (ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, c, &ev) < 0) {
+            perror("seccomp_child: epoll");
+            exit(3);
+        }
+    }
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
         (v == SECCOMP_SYSCALL ? syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog)
                               : prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog)) < 0) {
@@ -65,6 +93,12 @@ static void child(int c, enum variant v)
         exit(3);
     }
     /* From here on: only the calls the filter allows (no stdio). */
+    if (v == EPOLL_SET && epoll_echo(ep, c) < 0) {
+        int len = snprintf(msg, sizeof(msg), "seccomp_child %s: FAILED: no echo through epoll\n",
+                           variant_names[v]);
+        write(2, msg, (size_t)len);
+        exit(1);
+    }
     if (echo_check(c, c, 16384, 1, err, sizeof(err)) < 0) {
         int len = snprintf(msg, sizeof(msg), "seccomp_child %s: FAILED: under the filter: %s\n",
                            variant_names[v], err);
@@ -81,7 +115,7 @@ int main(void)
     int failed = 0, status;
     pid_t peer = echo_peer_start(&a);
 
-    for (enum variant v = PRCTL; v <= PRCTL_AFTER_DATA; v++) {
+    for (enum variant v = PRCTL; v <= EPOLL_SET; v++) {
         int c = echo_connect(&a);
         if (c < 0 || warm_up(c, 1500) < 0) {
             fprintf(stderr, "seccomp_child: cannot set up the connection\n");
