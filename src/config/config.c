@@ -163,22 +163,35 @@ static void load_transports(struct vs_config *c)
 
 /* The whole number in [MIN, MAX] that NAME is set to, into *OUT; false when
  * unset or bad (reported, naming DFLT as what is used instead). */
+static bool parse_uint(const char *v, unsigned long min, unsigned long max, unsigned long *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long n = strtoul(v, &end, 10);
+    if (errno || end == v || *end || *v == '-' || n < min || n > max)
+        return false;
+    *out = n;
+    return true;
+}
+
+static void report_uint(const char *name, const char *v, unsigned long min, unsigned long max,
+                        const char *dflt)
+{
+    char why[96];
+    snprintf(why, sizeof(why), "accepted values: a whole number from %lu to %lu", min, max);
+    report_invalid(name, v, why, dflt);
+}
+
 static bool read_uint(const char *name, unsigned long min, unsigned long max, unsigned long *out,
                       const char *dflt)
 {
     const char *v = getenv(name);
     if (!v)
         return false;
-    char *end;
-    errno = 0;
-    unsigned long n = strtoul(v, &end, 10);
-    if (errno || end == v || *end || *v == '-' || n < min || n > max) {
-        char why[96];
-        snprintf(why, sizeof(why), "accepted values: a whole number from %lu to %lu", min, max);
-        report_invalid(name, v, why, dflt);
+    if (!parse_uint(v, min, max, out)) {
+        report_uint(name, v, min, max, dflt);
         return false;
     }
-    *out = n;
     return true;
 }
 
@@ -205,20 +218,28 @@ static void load_shm(struct vs_config *c)
     }
 }
 
-static void load_fd_floor(struct vs_config *c)
+/* Before the log file, which is one of our descriptors; a bad value is
+ * reported once the log is in place. The value, or NULL when it is bad. */
+static const char *load_fd_floor(struct vs_config *c)
 {
+    const char *v = getenv("VSOCKET_FD_FLOOR");
     unsigned long n;
-    if (read_uint("VSOCKET_FD_FLOOR", 0, VS_FD_FLOOR_MAX, &n,
-                  "half the descriptor limit, at most 1024"))
-        c->fd_floor = (long)n;
+    if (!v)
+        return NULL;
+    if (!parse_uint(v, 0, VS_FD_FLOOR_MAX, &n))
+        return v;
+    c->fd_floor = (long)n;
+    return NULL;
 }
 
 void vs_config_load(struct vs_config *c)
 {
     vs_config_defaults(c);
-    /* Before the log: opening a log file places a descriptor of ours. */
-    load_fd_floor(c);
+    const char *bad_floor = load_fd_floor(c);
     load_log(c);
+    if (bad_floor)
+        report_uint("VSOCKET_FD_FLOOR", bad_floor, 0, VS_FD_FLOOR_MAX,
+                    "half the descriptor limit, at most 1024");
     load_transports(c);
     load_bool("VSOCKET_STATS", &c->stats);
     load_path("VSOCKET_STATS_DIR", c->stats_dir, sizeof(c->stats_dir), "/dev/shm");

@@ -187,6 +187,31 @@ void vs_fd_forget_range(unsigned first, unsigned last)
     }
 }
 
+/* Whether an fd in [FROM, TO] names a socket whose transport state is CONN. */
+static bool conn_named(const void *conn, unsigned from, unsigned to)
+{
+    for (unsigned fd = from; fd <= to; fd++) {
+        slot_t *slot = slot_of((int)fd, false);
+        struct vs_sock *s = slot ? atomic_load_explicit(slot, memory_order_acquire) : NULL;
+        if (!is_sock(s) || !vs_sock_tryref(s))
+            continue;
+        bool named = s->conn == conn;
+        vs_sock_put(s);
+        if (named)
+            return true;
+    }
+    return false;
+}
+
+bool vs_fd_conn_outside(const void *conn, unsigned first, unsigned last)
+{
+    unsigned end = atomic_load(&chunks_used) * SLOTS_PER_CHUNK;
+    if (end == 0)
+        return false;
+    return (first > 0 && conn_named(conn, 0, first - 1)) ||
+           (last < end - 1 && conn_named(conn, last + 1, end - 1));
+}
+
 void vs_fd_for_each(void (*fn)(int fd, struct vs_sock *s, void *arg), void *arg)
 {
     unsigned used = atomic_load(&chunks_used);

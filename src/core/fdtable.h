@@ -31,6 +31,10 @@ void vs_fd_close_end(int fd, struct vs_sock *s);
 /* close_range()/closefrom(): forget every fd in [FIRST, LAST]. */
 void vs_fd_forget_range(unsigned first, unsigned last);
 
+/* Whether an fd outside [FIRST, LAST] names a socket whose transport state
+ * is CONN. Looks only outside the range: a closefrom costs a few slots. */
+bool vs_fd_conn_outside(const void *conn, unsigned first, unsigned last);
+
 /* Calls FN for every fd naming a socket, holding a reference on it; an fd
  * closed or opened meanwhile by another thread may be missed or seen. */
 void vs_fd_for_each(void (*fn)(int fd, struct vs_sock *s, void *arg), void *arg);

@@ -134,7 +134,10 @@ void vs_ownfd_taken(unsigned first, unsigned last)
             continue;
         if (e->lost)
             e->lost(owner, (int)fd, first, last);
-        atomic_store_explicit(&e->owner, NULL, memory_order_release);
+        /* Unless the owner's own close cleared it meanwhile (and another
+         * registration took the number after that). */
+        void *leaving = (void *)((uintptr_t)owner | LEAVING);
+        atomic_compare_exchange_strong(&e->owner, &leaving, NULL);
     }
 }
 

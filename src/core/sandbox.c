@@ -57,8 +57,9 @@ bool vs_sandbox_enter(void)
         return false;
     /* From here on, new sockets and other threads' calls pass through; the
      * connections already there leave while we may still make calls. */
-    vs_transports_leave_all(VS_REASON_SANDBOXED);
+    /* Records first, while their watch fds are known: then leave. */
     vs_epoll_make_plain();
+    vs_transports_leave_all(VS_REASON_SANDBOXED);
     vs_fd_for_each(show_sandboxed, NULL);
     vs_info("a seccomp filter goes in: from now on this process only passes calls on");
     return true;

@@ -165,12 +165,13 @@ VS_EXPORT int execle(const char *path, const char *arg, ...)
 /* A seccomp filter is about to go in: vsocket steps aside first, while it
  * may still make calls of its own (core/sandbox.h). A failed installation
  * gives the process back to us. */
-#define INSTALL_FILTER(installs, call)                                                             \
+#define INSTALL_FILTER(installs, positive_ok, call)                                                \
     do {                                                                                           \
         bool entered = (installs) && vs_sandbox_enter();                                           \
         long r = (call);                                                                           \
-        /* seccomp with TSYNC fails with a thread id > 0 */                                        \
-        if (r != 0 && entered) {                                                                   \
+        /* seccomp with TSYNC fails with a thread id > 0; with NEW_LISTENER                        \
+         * it succeeds with a descriptor */                                                        \
+        if ((r < 0 || (r > 0 && !(positive_ok))) && entered) {                                     \
             int saved_errno = errno;                                                               \
             vs_sandbox_enter_failed();                                                             \
             errno = saved_errno;                                                                   \
@@ -194,7 +195,7 @@ VS_EXPORT int prctl(int option, ...)
     for (int i = 0; i < 4; i++)
         a[i] = va_arg(ap, unsigned long);
     va_end(ap);
-    INSTALL_FILTER(option == PR_SET_SECCOMP, vs_real.prctl(option, a[0], a[1], a[2], a[3]));
+    INSTALL_FILTER(option == PR_SET_SECCOMP, false, vs_real.prctl(option, a[0], a[1], a[2], a[3]));
 }
 
 /* libseccomp and most runtimes install filters with syscall(SYS_seccomp).
@@ -212,5 +213,6 @@ VS_EXPORT long syscall(long number, ...)
     va_end(ap);
     bool installs = (number == SYS_seccomp && seccomp_installs((unsigned long)a[0])) ||
                     (number == SYS_prctl && a[0] == PR_SET_SECCOMP);
-    INSTALL_FILTER(installs, vs_real.syscall(number, a[0], a[1], a[2], a[3], a[4], a[5]));
+    bool listener = number == SYS_seccomp && (a[1] & SECCOMP_FILTER_FLAG_NEW_LISTENER);
+    INSTALL_FILTER(installs, listener, vs_real.syscall(number, a[0], a[1], a[2], a[3], a[4], a[5]));
 }

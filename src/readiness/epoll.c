@@ -761,7 +761,9 @@ static void make_plain(struct rec *r)
     struct vs_sock *s = rec_sock(r);
     int epfd = r->epfd, fd = r->fd;
     bool keep = !r->dormant && s;
-    struct epoll_event ev = {.events = r->disabled ? 0 : r->events, .data = r->data};
+    /* A fired one-shot cannot be re-created as it was: at most once more. */
+    uint32_t fired = r->events & (EPOLLONESHOT | EPOLLET);
+    struct epoll_event ev = {.events = r->disabled ? fired : r->events, .data = r->data};
     rec_drop(r, s); /* deletes its kernel registrations, when S is there */
     if (keep)
         vs_real.epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);

@@ -200,19 +200,6 @@ static void leave_locked(struct vs_shm_conn *c, const char *reason)
         vs_shm_conn_fail(c, reason);
 }
 
-struct holder_search {
-    struct vs_shm_conn *c;
-    unsigned first, last;
-    bool found;
-};
-
-static void find_holder(int fd, struct vs_sock *s, void *arg)
-{
-    struct holder_search *h = arg;
-    if (s->conn == h->c && ((unsigned)fd < h->first || (unsigned)fd > h->last))
-        h->found = true;
-}
-
 /* The program is taking one of C's numbers, one of [FIRST, LAST] that its
  * call closes or overwrites. If this process keeps the connection (an fd of
  * the socket outside the range: sshd's child with it on 0 and 1), the
@@ -223,9 +210,7 @@ static void find_holder(int fd, struct vs_sock *s, void *arg)
 static void fd_lost(void *owner, int fd, unsigned first, unsigned last)
 {
     struct vs_shm_conn *c = owner;
-    struct holder_search h = {c, first, last, false};
-    vs_fd_for_each(find_holder, &h);
-    if (!h.found)
+    if (!vs_fd_conn_outside(c, first, last))
         return;
     vs_plock_lock(&c->ctl_lock);
     if (fd == c->chan || fd == c->rendezvous) {

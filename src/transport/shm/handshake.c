@@ -546,10 +546,24 @@ static void drain(struct vs_shm_conn *c, int fd)
         vs_shm_pass_news_on(c);
 }
 
+/* A holder of the connection (fork) whose process does not have the side
+ * channel or rendezvous the shared state names (opened by another holder
+ * after the fork, or given to its program): the set-up is the other
+ * holder's to carry on. */
+static bool not_ours_here(struct vs_shm_conn *c)
+{
+    return (c->chan >= 0 && vs_shm_fd(c, c->chan) < 0) ||
+           (c->rendezvous >= 0 && vs_shm_fd(c, c->rendezvous) < 0);
+}
+
 void vs_shm_progress(struct vs_shm_conn *c, int fd)
 {
     if (!vs_shm_active(c) || !vs_plock_trylock(&c->ctl_lock))
         return;
+    if (not_ours_here(c)) {
+        vs_plock_unlock(&c->ctl_lock);
+        return;
+    }
     enum vs_shm_hs hs = (enum vs_shm_hs)atomic_load(&c->hs);
     if (hs == VS_HS_CONNECT)
         accepter_connect(c, fd);
