@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include "core/reason.h"
-#include "config/log.h"
 #include "core/fdtable.h"
 #include "core/ownfd.h"
 #include "interpose/real.h"
