@@ -110,15 +110,14 @@ int main(int argc, char **argv)
     if (argc == 5 && strcmp(argv[1], "--reader") == 0)
         return reader(atoi(argv[2]), strtoul(argv[3], NULL, 10), argv[4]);
 
-    /* What the environment gave us, before any socket exists. */
-    int env[LC_MAX_FDS], nenv = fd_list(env, LC_MAX_FDS - 3), failed = 0;
-    char envfds[1024];
+    struct lc_env env;
     struct sockaddr_in a;
-    fds_format(env, nenv, envfds, sizeof(envfds));
+    int failed = 0;
+    lc_env_capture(&env);
 
     pid_t peer = echo_peer_start(&a);
     for (int n = 3; n <= 20; n++)
-        failed += run_one(n, &a, envfds, env, nenv);
+        failed += run_one(n, &a, env.text, env.fds, env.n);
     kill(peer, SIGKILL);
     waitpid(peer, NULL, 0);
     if (failed) {

@@ -92,11 +92,10 @@ int main(int argc, char **argv)
     if (argc == 5 && strcmp(argv[1], "--reader") == 0)
         return reader(atoi(argv[2]), strtoul(argv[3], NULL, 10), argv[4]);
 
-    /* What the environment gave us, before any socket exists. */
-    int env[LC_MAX_FDS], nenv = fd_list(env, LC_MAX_FDS - 3), failed = 0;
-    char envfds[1024];
+    struct lc_env env;
     struct sockaddr_in a;
-    fds_format(env, nenv, envfds, sizeof(envfds));
+    int failed = 0;
+    lc_env_capture(&env);
 
     pid_t peer = echo_peer_start(&a);
     int c = echo_connect(&a);
@@ -105,7 +104,7 @@ int main(int argc, char **argv)
         return 2;
     }
     for (int n = 3; n <= 20; n++)
-        failed += spawn_one(c, n, envfds, env, nenv);
+        failed += spawn_one(c, n, env.text, env.fds, env.n);
     close(c);
     kill(peer, SIGKILL);
     waitpid(peer, NULL, 0);

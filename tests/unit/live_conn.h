@@ -324,6 +324,19 @@ static inline int fd_passed_ok(int fd, unsigned long ino, const char *want, cons
     return 0;
 }
 
+/* The descriptors the environment gave the test, before any socket exists:
+ * listed, and as text for an exec'd helper's argv. */
+struct lc_env {
+    int fds[LC_MAX_FDS], n;
+    char text[1024];
+};
+
+static inline void lc_env_capture(struct lc_env *e)
+{
+    e->n = fd_list(e->fds, LC_MAX_FDS - 3);
+    fds_format(e->fds, e->n, e->text, sizeof(e->text));
+}
+
 /* The exec'd (or spawned) reader of descriptor N: exactly 0, 1, 2, N and
  * the descriptors the test started with (ENVFDS) are open, and N is the
  * socketpair with inode INO carrying "config for fd N". 0 if so. */
