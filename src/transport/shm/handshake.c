@@ -182,9 +182,7 @@ static int recv_msg(int chan, struct vs_shm_msg *m, int *fds, int *nfds)
                 syscall(SYS_close, fd);
         }
     }
-    bool ok = n == (ssize_t)sizeof(*m) && !(mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) &&
-              m->magic == VS_SHM_MAGIC && m->version == VS_SHM_VERSION;
-    if (!ok) {
+    if (!vs_shm_msg_ok(m, (size_t)n, mh.msg_flags)) {
         for (int i = 0; i < *nfds; i++)
             close_fd(&fds[i]);
         *nfds = 0;
@@ -483,8 +481,7 @@ static int drain_data(struct vs_shm_conn *c)
             vs_shm_bump(c);
             return -1;
         }
-        if (mh[i].msg_len == sizeof(m[i]) && m[i].magic == VS_SHM_MAGIC &&
-            m[i].version == VS_SHM_VERSION)
+        if (vs_shm_msg_ok(&m[i], mh[i].msg_len, mh[i].msg_hdr.msg_flags))
             data_message(c, &m[i], NULL, 0);
     }
     return n == BATCH ? 1 : n > 0 ? -1 : 0;

@@ -25,6 +25,8 @@
 #ifndef VSOCKET_SHM_PROTO_H
 #define VSOCKET_SHM_PROTO_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #define VS_SHM_MAGIC 0x314b5356u /* "VSK1" */
@@ -49,6 +51,11 @@ struct vs_shm_msg {
 };
 
 #define VS_DECLINE_LEAVING 1
+
+/* Whether LEN bytes received as one record (MSG_FLAGS: the recvmsg flags)
+ * are a message of this version: the only check of peer bytes before they
+ * are used. The type is the receiver's to judge. (proto.c) */
+bool vs_shm_msg_ok(const struct vs_shm_msg *m, size_t len, int msg_flags);
 
 /* The abstract AF_UNIX name the connecting side listens on:
  * "\0vsocket/1/<its address>:<port>/<peer address>:<port>". */
