@@ -2,9 +2,12 @@
 #include "config/config.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "config/log.h"
 #include "transport/transport.h"
@@ -14,7 +17,8 @@ struct vs_config vs_config;
 const char *const vs_config_variables[] = {
     "VSOCKET_TRANSPORTS",   "VSOCKET_LOG_LEVEL",    "VSOCKET_LOG_FILE",    "VSOCKET_STATS",
     "VSOCKET_STATS_DIR",    "VSOCKET_STATS_MAX",    "VSOCKET_FOLLOW_EXEC", "VSOCKET_POLL_US",
-    "VSOCKET_SHM_RING_MIN", "VSOCKET_SHM_RING_MAX", "VSOCKET_FD_FLOOR",    NULL,
+    "VSOCKET_SHM_RING_MIN", "VSOCKET_SHM_RING_MAX", "VSOCKET_FD_FLOOR",
+    "VSOCKET_UPGRADE_AFTER_US", "VSOCKET_UPGRADE_AFTER_BYTES", "VSOCKET_SHM_PEERS", NULL,
 };
 
 void vs_config_defaults(struct vs_config *c)
@@ -30,6 +34,9 @@ void vs_config_defaults(struct vs_config *c)
     c->shm_ring_min = VS_SHM_RING_MIN_DEFAULT;
     c->shm_ring_max = VS_SHM_RING_MAX_DEFAULT;
     c->fd_floor = -1;
+    c->upgrade_after_us = VS_UPGRADE_AFTER_US_DEFAULT;
+    c->upgrade_after_bytes = VS_UPGRADE_AFTER_BYTES_DEFAULT;
+    c->peers = VS_PEERS_ANY;
 }
 
 void vs_config_format_transports(unsigned mask, char *out, size_t outlen)
@@ -203,6 +210,79 @@ static void load_uint(const char *name, unsigned long min, unsigned long max, un
     read_uint(name, min, max, out, dflt);
 }
 
+/* One entry of a VSOCKET_SHM_PEERS list: a numeric uid or a user name. */
+static bool parse_peer(const char *name, unsigned *uid)
+{
+    char *end;
+    errno = 0;
+    unsigned long n = strtoul(name, &end, 10);
+    if (*name && *end == '\0' && errno == 0 && n < UINT_MAX) {
+        *uid = (unsigned)n;
+        return true;
+    }
+    struct passwd pw, *found = NULL;
+    char buf[1024];
+    if (getpwnam_r(name, &pw, buf, sizeof(buf), &found) != 0 || !found)
+        return false;
+    *uid = (unsigned)found->pw_uid;
+    return true;
+}
+
+int vs_config_parse_peers(const char *value, struct vs_config *c, char *err, size_t errlen)
+{
+    if (strcmp(value, "any") == 0 || strcmp(value, "same-uid") == 0) {
+        c->peers = value[0] == 'a' ? VS_PEERS_ANY : VS_PEERS_SAME_UID;
+        return 0;
+    }
+    char list[512];
+    if (snprintf(list, sizeof(list), "%s", value) >= (int)sizeof(list)) {
+        snprintf(err, errlen, "too long");
+        return -1;
+    }
+    unsigned count = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (count == VS_PEER_UIDS_MAX) {
+            snprintf(err, errlen, "more than %d users", VS_PEER_UIDS_MAX);
+            return -1;
+        }
+        if (!parse_peer(tok, &c->peer_uids[count])) {
+            snprintf(err, errlen, "no such user: '%s'", tok);
+            return -1;
+        }
+        count++;
+    }
+    if (count == 0) {
+        snprintf(err, errlen, "empty list");
+        return -1;
+    }
+    c->peers = VS_PEERS_LIST;
+    c->peer_uid_count = count;
+    return 0;
+}
+
+bool vs_config_peer_allowed(unsigned uid)
+{
+    if (vs_config.peers == VS_PEERS_ANY || uid == (unsigned)geteuid())
+        return true;
+    for (unsigned i = 0; vs_config.peers == VS_PEERS_LIST && i < vs_config.peer_uid_count; i++)
+        if (vs_config.peer_uids[i] == uid)
+            return true;
+    return false;
+}
+
+static void load_peers(struct vs_config *c)
+{
+    const char *v = getenv("VSOCKET_SHM_PEERS");
+    char err[128];
+    if (v && vs_config_parse_peers(v, c, err, sizeof(err)) < 0) {
+        vs_warn("VSOCKET_SHM_PEERS='%s': %s; accepted: any, same-uid, or a comma-separated list "
+                "of user names and uids. Using the default: any.",
+                v, err);
+        c->peers = VS_PEERS_ANY;
+    }
+}
+
 static void load_shm(struct vs_config *c)
 {
     load_uint("VSOCKET_POLL_US", 0, VS_POLL_US_MAX, &c->poll_us);
@@ -216,6 +296,10 @@ static void load_shm(struct vs_config *c)
                 c->shm_ring_max, c->shm_ring_min, c->shm_ring_min);
         c->shm_ring_max = c->shm_ring_min;
     }
+    load_uint("VSOCKET_UPGRADE_AFTER_US", 0, VS_UPGRADE_AFTER_US_MAX, &c->upgrade_after_us);
+    load_uint("VSOCKET_UPGRADE_AFTER_BYTES", 0, VS_UPGRADE_AFTER_BYTES_MAX,
+              &c->upgrade_after_bytes);
+    load_peers(c);
 }
 
 /* Before the log file, which is one of our descriptors; a bad value is

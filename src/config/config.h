@@ -25,6 +25,18 @@
 #define VS_SHM_RING_MAX_DEFAULT (4ul << 20)
 #define VS_SHM_RING_LIMIT_MIN (4ul << 10)
 #define VS_SHM_RING_LIMIT_MAX (64ul << 20)
+/* VSOCKET_UPGRADE_AFTER_US / _BYTES: a connection starts its upgrade once
+ * it has lived this long or moved this much (either). A connection that
+ * lives for one request is cheaper on the kernel than any set-up: on the
+ * VMs we measure on, one request over a fresh kernel connection takes
+ * 100-150 us, the shm set-up several times that (bench/RESULTS.md). */
+#define VS_UPGRADE_AFTER_US_DEFAULT 5000ul
+#define VS_UPGRADE_AFTER_US_MAX 60000000ul
+#define VS_UPGRADE_AFTER_BYTES_DEFAULT (256ul << 10)
+#define VS_UPGRADE_AFTER_BYTES_MAX (1ul << 40)
+/* VSOCKET_SHM_PEERS: which peer processes may share rings with us. */
+enum vs_peer_policy { VS_PEERS_ANY, VS_PEERS_SAME_UID, VS_PEERS_LIST };
+#define VS_PEER_UIDS_MAX 16
 /* VSOCKET_FD_FLOOR: where vsocket's own descriptors go (core/ownfd.h). */
 #define VS_FD_FLOOR_MAX 1048576ul
 
@@ -41,6 +53,11 @@ struct vs_config {
     unsigned long shm_ring_min; /* bytes */
     unsigned long shm_ring_max;
     long fd_floor; /* VSOCKET_FD_FLOOR; -1: automatic (core/ownfd.h) */
+    unsigned long upgrade_after_us;
+    unsigned long upgrade_after_bytes;
+    enum vs_peer_policy peers; /* VSOCKET_SHM_PEERS */
+    unsigned peer_uid_count;   /* VS_PEERS_LIST: our own uid is always allowed */
+    unsigned peer_uids[VS_PEER_UIDS_MAX];
 };
 
 extern struct vs_config vs_config;
@@ -53,6 +70,14 @@ void vs_config_load(struct vs_config *c);
 /* Parses a VSOCKET_TRANSPORTS list ("shm,rdma,kernel"). Returns 0 and the
  * mask, or -1 with a message in ERR naming the accepted values. */
 int vs_config_parse_transports(const char *value, unsigned *mask, char *err, size_t errlen);
+
+/* Parses a VSOCKET_SHM_PEERS value ("any", "same-uid", or a comma-separated
+ * list of user names and numeric uids) into C. 0, or -1 with a message in ERR. */
+int vs_config_parse_peers(const char *value, struct vs_config *c, char *err, size_t errlen);
+
+/* Whether the policy lets a process of UID (the kernel's word) share rings
+ * with this one. */
+bool vs_config_peer_allowed(unsigned uid);
 
 /* Writes the transports of MASK as a comma-separated list. */
 void vs_config_format_transports(unsigned mask, char *out, size_t outlen);

@@ -167,6 +167,7 @@ struct vs_stats_record *vs_stats_open(int fd, int family, int type, unsigned tra
     memset(&r->peer, 0, sizeof(r->peer));
     r->open_ns = now_ns();
     r->close_ns = 0;
+    r->due_ns = 0;
     atomic_store(&r->tx_bytes, 0);
     atomic_store(&r->rx_bytes, 0);
     atomic_store(&r->tx_msgs, 0);
@@ -215,15 +216,22 @@ void vs_stats_set_fd(struct vs_stats_record *r, int fd)
     pthread_mutex_unlock(&lock);
 }
 
-void vs_stats_set_reason(struct vs_stats_record *r, const char *reason)
+void vs_stats_set_reason_due(struct vs_stats_record *r, const char *reason, long in_ns)
 {
     if (r == &scratch)
         return;
+    uint64_t now = now_ns();
     pthread_mutex_lock(&lock);
     begin_update(r);
     snprintf(r->reason, sizeof(r->reason), "%s", reason);
+    r->due_ns = in_ns > 0 ? now + (uint64_t)in_ns : 0;
     end_update(r);
     pthread_mutex_unlock(&lock);
+}
+
+void vs_stats_set_reason(struct vs_stats_record *r, const char *reason)
+{
+    vs_stats_set_reason_due(r, reason, 0);
 }
 
 void vs_stats_set_transport(struct vs_stats_record *r, unsigned transport, const char *reason)
@@ -234,6 +242,7 @@ void vs_stats_set_transport(struct vs_stats_record *r, unsigned transport, const
     begin_update(r);
     r->transport = (uint8_t)transport;
     snprintf(r->reason, sizeof(r->reason), "%s", reason);
+    r->due_ns = 0;
     end_update(r);
     pthread_mutex_unlock(&lock);
 }

@@ -22,6 +22,8 @@ void vs_stats_close(struct vs_stats_record *r);
 void vs_stats_set_state(struct vs_stats_record *r, enum vs_sock_state state);
 void vs_stats_set_fd(struct vs_stats_record *r, int fd);
 void vs_stats_set_reason(struct vs_stats_record *r, const char *reason);
+/* A passing state (reason) that ends within IN_NS nanoseconds from now. */
+void vs_stats_set_reason_due(struct vs_stats_record *r, const char *reason, long in_ns);
 /* The transport now carrying the socket, and why (may be ""). */
 void vs_stats_set_transport(struct vs_stats_record *r, unsigned transport, const char *reason);
 /* Either address may be NULL (left unchanged). */

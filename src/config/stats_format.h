@@ -16,7 +16,7 @@
 #include <sys/types.h>
 
 #define VS_STATS_MAGIC 0x3174736b636f7376ull /* "vsockst1" */
-#define VS_STATS_VERSION 1
+#define VS_STATS_VERSION 2
 #define VS_STATS_FILE_PREFIX "vsocket-stats."
 
 enum vs_record_use { VS_REC_FREE, VS_REC_LIVE, VS_REC_CLOSED };
@@ -48,6 +48,9 @@ struct vs_stats_record {
     char reason[48]; /* why the socket is not accelerated; "" when it is */
     struct vs_stats_addr local, peer;
     uint64_t open_ns, close_ns; /* CLOCK_REALTIME */
+    /* CLOCK_REALTIME by which the state in reason (a set-up under way) ends,
+     * provided the program calls on the socket; 0 when no end is due. */
+    uint64_t due_ns;
     _Atomic uint64_t tx_bytes, rx_bytes, tx_msgs, rx_msgs;
 };
 

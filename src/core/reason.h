@@ -21,6 +21,10 @@
 #define VS_REASON_INHERITED "inherited"
 /* The peer is on another host (the shm transport serves this host only). */
 #define VS_REASON_PEER_NOT_LOCAL "peer-not-local"
+/* The connection has not yet lived VSOCKET_UPGRADE_AFTER_US nor moved
+ * VSOCKET_UPGRADE_AFTER_BYTES: it runs on the kernel, and its upgrade starts
+ * at the first call on it past either mark. */
+#define VS_REASON_DEFERRED "upgrade-deferred"
 /* The shm upgrade is being negotiated; the connection runs on the kernel meanwhile. */
 #define VS_REASON_PENDING "upgrade-pending"
 /* No usable RDMA device (reserved for the rdma transport). */

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "config/stats_format.h"
@@ -177,9 +178,23 @@ static void json_string(const char *s, size_t max)
     putchar('"');
 }
 
+/* A set-up moves only when the program calls on its socket (vsocket has no
+ * thread of its own): past its due time it is stalled, and stays on the
+ * kernel until the next call ends it with a reason. */
+static bool stalled(const struct vs_stats_record *r)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    return r->due_ns && now > r->due_ns && atomic_load(&r->use) == VS_REC_LIVE;
+}
+
 static void print_record(const struct stat_options *o, const struct vs_stats_header *h,
                          const struct vs_stats_record *r, bool first)
 {
+    char reason[sizeof(r->reason) + 16];
+    snprintf(reason, sizeof(reason), "%.*s%s", (int)sizeof(r->reason), r->reason,
+             stalled(r) ? ",stalled" : "");
     char local[64], peer[64];
     format_addr(&r->local, local, sizeof(local));
     format_addr(&r->peer, peer, sizeof(peer));
@@ -189,14 +204,14 @@ static void print_record(const struct stat_options *o, const struct vs_stats_hea
     if (!o->json) {
         printf("%-7d %-4d %-4s %-10s %-24s %-24s %-9s %12llu %12llu %9llu %9llu %s\n", h->pid,
                r->fd, proto_name(r), vs_stats_state_name(r->state), local[0] ? local : "-",
-               peer[0] ? peer : "-", transport, tx, rx, txm, rxm, r->reason[0] ? r->reason : "-");
+               peer[0] ? peer : "-", transport, tx, rx, txm, rxm, reason[0] ? reason : "-");
         return;
     }
     printf("%s{\"fd\":%d,\"proto\":\"%s\",\"family\":\"%s\",\"state\":\"%s\",\"local\":\"%s\","
            "\"peer\":\"%s\",\"transport\":\"%s\",\"reason\":",
            first ? "" : ",", r->fd, proto_name(r), r->family == AF_INET6 ? "ipv6" : "ipv4",
            vs_stats_state_name(r->state), local, peer, transport);
-    json_string(r->reason, sizeof(r->reason));
+    json_string(reason, sizeof(reason));
     printf(",\"tx_bytes\":%llu,\"rx_bytes\":%llu,\"tx_msgs\":%llu,\"rx_msgs\":%llu,\"closed\":%s}",
            tx, rx, txm, rxm, atomic_load(&r->use) == VS_REC_CLOSED ? "true" : "false");
 }

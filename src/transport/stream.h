@@ -32,9 +32,12 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* Time limits of the set-up, from connect/accept: the accepter calls first,
- * so the connector waits longer; past the limit (plus the grace below for a
- * set-up already under way) the connection stays on TCP. */
+/* Time limits of the set-up, from its start (transports start it once the
+ * connection has lived VSOCKET_UPGRADE_AFTER_US or moved
+ * VSOCKET_UPGRADE_AFTER_BYTES, each side by its own count): the connector
+ * waits for its caller longer than the accepter keeps calling; past the
+ * limit (plus the grace below for a set-up already under way) the
+ * connection stays on TCP. */
 #define VS_UPGRADE_ACCEPTER_NS 1000000000L
 #define VS_UPGRADE_CONNECTOR_NS 2000000000L
 #define VS_UPGRADE_GRACE_NS 1000000000L
@@ -62,8 +65,8 @@ struct vs_stream {
     uint64_t rx_revert_at;
     _Atomic bool rx_back_on_tcp;
 
-    /* Bytes or end of stream came on TCP before the set-up ended. */
-    _Atomic bool tcp_data_seen;
+    /* End of stream came on TCP: too late to start a set-up. */
+    _Atomic bool tcp_eof;
 };
 
 /* The receive side reads the transport now. */

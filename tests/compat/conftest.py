@@ -784,7 +784,7 @@ DECLINE_REASONS = frozenset({PEER_NOT_VSOCKET, "peer-not-local", "peer-credentia
                              "declined-by-peer", "rendezvous-unavailable", "no-resources"})
 # A connection closed before its handshake finished (curl after a 404,
 # redis-benchmark's probes) legitimately stays on the kernel with this reason.
-SHORT_LIVED_REASONS = frozenset({"peer-closed", "upgrade-pending"})
+SHORT_LIVED_REASONS = frozenset({"peer-closed", "upgrade-pending", "upgrade-deferred"})
 
 
 def is_connection(s: dict) -> bool:
@@ -835,7 +835,7 @@ def _describe_sock(s: dict) -> str:
 # leaves the rings or never reaches them: the exec'ing side says so, and the
 # other side sees its peer leave (docs/statistics.md).
 HANDOFF_REASONS = frozenset({"peer-left-rings", "left-by-exec", "inherited", "peer-not-vsocket",
-                             "upgrade-pending"})
+                             "upgrade-pending", "upgrade-deferred"})
 
 
 def tcp_path_problems(socks: list[dict], *, peer: str, settled: bool = True, min_conns: int = 0,

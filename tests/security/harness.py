@@ -190,7 +190,9 @@ class Pair:
             prefix, py, why = other_user()
             if prefix is None:
                 pytest.skip(why)
-        self.env = dict(os.environ, VSOCKET_LOG_LEVEL="info")
+        # The set-up starts at connect and accept (not once the connection
+        # has lived a while): the attacks race the real peer for it.
+        self.env = dict(os.environ, VSOCKET_LOG_LEVEL="info", VSOCKET_UPGRADE_AFTER_US="0")
         self.run, self.py, self.size, self.mode = [*prefix, str(VSOCKET), "run", "--"], py, size, mode
         self.server = self.procs["server"] = Proc(
             "server", [*self.run, py, str(PROGS / "server.py")], self.env)

@@ -79,7 +79,7 @@ struct vs_shm_conn *vs_shm_conn_new(bool accepter, int fd, const struct sockaddr
     c->chan = c->chan_no = -1;
     c->rendezvous = c->rendezvous_no = -1;
     c->rx.fd = c->tx.fd = -1;
-    c->deadline_ns = vs_now_ns() + (accepter ? VS_UPGRADE_ACCEPTER_NS : VS_UPGRADE_CONNECTOR_NS);
+    c->born_ns = vs_now_ns();
     socklen_t llen = sizeof(c->local), plen = sizeof(c->peer);
     if (peer && len <= sizeof(c->peer))
         memcpy(&c->peer, peer, len);
@@ -89,7 +89,7 @@ struct vs_shm_conn *vs_shm_conn_new(bool accepter, int fd, const struct sockaddr
         munmap(c, sizeof(*c));
         return NULL;
     }
-    atomic_store(&c->hs, accepter ? VS_HS_CONNECT : VS_HS_LISTEN);
+    atomic_store(&c->hs, VS_HS_YOUNG);
     list_add(c);
     return c;
 }

@@ -21,6 +21,7 @@
 #include "transport/stream.h"
 
 enum vs_shm_hs {
+    VS_HS_YOUNG,      /* not started: the connection has not yet shown it will live */
     VS_HS_LISTEN,     /* connector: waiting for the accepter on the rendezvous */
     VS_HS_WAIT_HELLO, /* connector: side channel open, HELLO not yet read */
     VS_HS_WAIT_READY, /* connector: sent HELLO_ACK */
@@ -43,7 +44,10 @@ struct vs_shm_conn {
     /* The numbers chan and rendezvous were last opened under, kept when
      * they go to -1: another holder (fork) closes its own copies at release. */
     int chan_no, rendezvous_no;
+    long born_ns;            /* connect or accept */
     long deadline_ns;        /* give up the handshake after this (ctl) */
+    long next_try_ns;        /* accepter: the next call on the rendezvous (ctl) */
+    unsigned tries;          /* accepter: calls on the rendezvous so far (ctl) */
     long caller_deadline_ns; /* connector: the current caller must say HELLO by then (ctl) */
     struct sockaddr_storage local, peer; /* as this side sees the TCP connection */
 

@@ -21,6 +21,7 @@
 
 #include "core/reason.h"
 #include "core/clock.h"
+#include "config/config.h"
 #include "config/log.h"
 #include "interpose/real.h"
 #include "transport/shm/conn.h"
@@ -32,6 +33,8 @@
  * sends it right after connecting, so only a squatter holding the line to
  * keep the real accepter queued is ever that slow. */
 #define CALLER_PATIENCE_NS 200000000L
+/* The accepter calls a rendezvous not bound yet at most this often. */
+#define VS_RENDEZVOUS_RETRY_NS 1000000L
 
 static void close_fd(int *fd)
 {
@@ -305,19 +308,32 @@ static void finish(struct vs_shm_conn *c)
     vs_debug("shm: connection upgraded");
 }
 
-/* Accepter: call the connector's rendezvous and introduce ourselves. */
+/* Nobody answered in time: a peer without vsocket, or one whose socket is
+ * already closed. */
+static void no_answer(struct vs_shm_conn *c)
+{
+    bool open = vs_shm_diag_inode(&c->peer, &c->local) != 0;
+    vs_shm_conn_fail(c, open ? VS_REASON_PEER_NOT_VSOCKET : VS_REASON_PEER_CLOSED);
+}
+
+/* Accepter: call the connector's rendezvous and introduce ourselves. The
+ * connector binds it when it decides, by its own count, that the connection
+ * lives: one call a millisecond at most until then, and at least two calls
+ * before giving up, since both come only when the program calls. */
 static void accepter_connect(struct vs_shm_conn *c, int fd)
 {
-    bool data_seen = atomic_load(&c->st.tcp_data_seen);
+    long now = vs_now_ns();
+    if (now < c->next_try_ns)
+        return;
+    c->next_try_ns = now + VS_RENDEZVOUS_RETRY_NS;
+    c->tries++;
     if (c->chan < 0 && (c->chan = c->chan_no = vs_shm_own_fd(c, unix_socket())) < 0)
         return vs_shm_conn_fail(c, VS_REASON_NO_RESOURCES);
     struct sockaddr_un un;
     socklen_t len = rendezvous_name(c, &un);
     if (vs_real.connect(c->chan, (void *)&un, len) < 0) {
-        /* A connector running vsocket listens before its connect() returns,
-         * so before it can send: once its bytes are here, it never will. */
-        if (data_seen || vs_now_ns() > c->deadline_ns)
-            vs_shm_conn_fail(c, VS_REASON_PEER_NOT_VSOCKET);
+        if (now > c->deadline_ns && c->tries > 1)
+            no_answer(c);
         return;
     }
     if (!peer_uid_ok(c->chan))
@@ -333,7 +349,6 @@ static void accepter_connect(struct vs_shm_conn *c, int fd)
  * away and we keep listening for the real one. */
 static void connector_accept(struct vs_shm_conn *c)
 {
-    bool data_seen = atomic_load(&c->st.tcp_data_seen);
     for (;;) {
         int chan =
             vs_real.accept4(vs_shm_fd(c, c->rendezvous), NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -349,9 +364,8 @@ static void connector_accept(struct vs_shm_conn *c)
         vs_info("shm: refused a rendezvous caller of another uid");
         syscall(SYS_close, chan);
     }
-    /* An accepter running vsocket calls before it can send anything. */
-    if (data_seen || vs_now_ns() > c->deadline_ns)
-        vs_shm_conn_fail(c, VS_REASON_PEER_NOT_VSOCKET);
+    if (vs_now_ns() > c->deadline_ns)
+        no_answer(c);
 }
 
 /* A caller that is not the peer, or that spoke nonsense: hang up on it and
@@ -553,14 +567,53 @@ static bool not_ours_here(struct vs_shm_conn *c)
            (c->rendezvous >= 0 && vs_shm_fd(c, c->rendezvous) < 0);
 }
 
+/* Whether the connection has shown it will live (VSOCKET_UPGRADE_AFTER_*):
+ * one that ends after a request or two costs less on the kernel than any
+ * set-up. Never once TCP has ended in either direction. */
+static bool lives(struct vs_shm_conn *c)
+{
+    if (atomic_load(&c->st.tcp_eof) || __atomic_load_n(&c->st.tx_shut, __ATOMIC_RELAXED))
+        return false;
+    uint64_t moved = __atomic_load_n(&c->st.tcp_tx, __ATOMIC_RELAXED) +
+                     __atomic_load_n(&c->st.tcp_rx, __ATOMIC_RELAXED);
+    return moved >= vs_config.upgrade_after_bytes ||
+           vs_now_ns() - c->born_ns >= (long)vs_config.upgrade_after_us * 1000;
+}
+
+/* The set-up starts: the connector opens its rendezvous, the accepter
+ * starts calling it. */
+static void start(struct vs_shm_conn *c)
+{
+    c->deadline_ns =
+        vs_now_ns() + (c->accepter ? VS_UPGRADE_ACCEPTER_NS : VS_UPGRADE_CONNECTOR_NS);
+    if (!c->accepter) {
+        int rc = vs_shm_rendezvous_listen(c);
+        if (rc < 0) {
+            /* EADDRINUSE: someone holds our name. We do not upgrade; the
+             * peer will find a caller that cannot prove it holds our socket. */
+            vs_info("shm rendezvous unavailable (%s): staying on the kernel", strerror(-rc));
+            return vs_shm_conn_fail(c, VS_REASON_RENDEZVOUS_UNAVAILABLE);
+        }
+    }
+    atomic_store(&c->hs, c->accepter ? VS_HS_CONNECT : VS_HS_LISTEN);
+    vs_shm_bump(c);
+}
+
 void vs_shm_progress(struct vs_shm_conn *c, int fd)
 {
-    if (!vs_shm_active(c) || !vs_plock_trylock(&c->ctl_lock))
+    if (!vs_shm_active(c))
+        return;
+    /* The common case of a young connection, without the lock. */
+    if (atomic_load(&c->hs) == VS_HS_YOUNG && !lives(c))
+        return;
+    if (!vs_plock_trylock(&c->ctl_lock))
         return;
     if (not_ours_here(c)) {
         vs_plock_unlock(&c->ctl_lock);
         return;
     }
+    if (atomic_load(&c->hs) == VS_HS_YOUNG)
+        start(c);
     enum vs_shm_hs hs = (enum vs_shm_hs)atomic_load(&c->hs);
     if (hs == VS_HS_CONNECT)
         accepter_connect(c, fd);
@@ -576,7 +629,8 @@ void vs_shm_progress(struct vs_shm_conn *c, int fd)
         connector_accept(c);
     if (atomic_load(&c->hs) == VS_HS_DONE || atomic_load(&c->hs) == VS_HS_FAILED)
         vs_shm_close_own(c, &c->rendezvous);
-    if (atomic_load(&c->hs) != VS_HS_DONE && atomic_load(&c->hs) != VS_HS_FAILED &&
+    hs = (enum vs_shm_hs)atomic_load(&c->hs);
+    if (hs != VS_HS_DONE && hs != VS_HS_FAILED && hs != VS_HS_YOUNG &&
         vs_now_ns() > c->deadline_ns + VS_UPGRADE_GRACE_NS)
         vs_shm_conn_fail(c, VS_REASON_HANDSHAKE_TIMEOUT);
     vs_plock_unlock(&c->ctl_lock);

@@ -241,7 +241,6 @@ ssize_t vs_shm_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags)
                 continue; /* the switch point: the ring from now on */
             n = tcp_read(fd, msg, namelen, total, limit, flags);
             if (n > 0) {
-                atomic_store(&c->st.tcp_data_seen, true);
                 if (!(flags & MSG_PEEK))
                     c->st.tcp_rx += (uint64_t)n;
                 total += (size_t)n;
@@ -253,11 +252,8 @@ ssize_t vs_shm_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags)
                 err = errno;
                 break;
             }
-            /* End of stream proves nothing on the connecting side: an
-             * accepter may have shut down before our rendezvous existed
-             * (it calls again later); see handshake.c. */
-            if (n == 0 && c->accepter)
-                atomic_store(&c->st.tcp_data_seen, true);
+            if (n == 0)
+                atomic_store(&c->st.tcp_eof, true);
             /* Empty or end of stream: the peer may have switched meanwhile. */
             bool knew = atomic_load(&c->st.rx_switch_known);
             vs_shm_progress(c, fd);

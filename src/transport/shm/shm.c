@@ -65,7 +65,7 @@ static void attach(struct vs_sock *s, struct vs_shm_conn *c)
     s->ops = &vs_shm_ops;
     s->conn = c;
     s->conn_shown = -1;
-    vs_stats_set_reason(s->stat, VS_REASON_PENDING);
+    vs_stats_set_reason(s->stat, VS_REASON_DEFERRED);
 }
 
 void vs_shm_on_connect(struct vs_sock *s, int fd, const struct sockaddr *peer, socklen_t len)
@@ -80,16 +80,8 @@ void vs_shm_on_connect(struct vs_sock *s, int fd, const struct sockaddr *peer, s
         vs_shm_conn_free(c);
         return;
     }
-    int rc = vs_shm_rendezvous_listen(c);
-    if (rc < 0) {
-        /* EADDRINUSE: someone holds our name. We do not upgrade; the peer
-         * will find a caller that cannot prove it holds our socket. */
-        vs_info("fd %d: shm rendezvous unavailable (%s): staying on the kernel", fd, strerror(-rc));
-        vs_stats_set_reason(s->stat, VS_REASON_RENDEZVOUS_UNAVAILABLE);
-        vs_shm_conn_free(c);
-        return;
-    }
     attach(s, c);
+    vs_shm_sync(s, fd);
 }
 
 void vs_shm_on_accept(struct vs_sock *s, int fd)
@@ -112,7 +104,7 @@ void vs_shm_sync(struct vs_sock *s, int fd)
 {
     struct vs_shm_conn *c = s->conn;
     int hs = atomic_load_explicit(&c->hs, memory_order_acquire);
-    if (hs == s->conn_shown) {
+    if (hs == s->conn_shown && (hs == VS_HS_DONE || hs == VS_HS_FAILED)) {
         /* The peer left the rings (exec, stdio, splice): say so once. */
         if (hs == VS_HS_DONE && s->transport == VS_TRANSPORT_SHM &&
             atomic_load_explicit(&c->st.rx_reverted, memory_order_relaxed)) {
@@ -125,8 +117,15 @@ void vs_shm_sync(struct vs_sock *s, int fd)
         vs_shm_progress(c, fd);
         hs = atomic_load_explicit(&c->hs, memory_order_acquire);
     }
-    if (hs != VS_HS_DONE && hs != VS_HS_FAILED)
+    if (hs != VS_HS_DONE && hs != VS_HS_FAILED) {
+        /* Under way: say so once, with the time by which it ends. */
+        if (hs != VS_HS_YOUNG && s->conn_shown != VS_HS_LISTEN) {
+            s->conn_shown = VS_HS_LISTEN;
+            vs_stats_set_reason_due(s->stat, VS_REASON_PENDING,
+                                    c->deadline_ns + VS_UPGRADE_GRACE_NS - vs_now_ns());
+        }
         return;
+    }
     s->conn_shown = hs;
     if (hs == VS_HS_DONE) {
         s->transport = VS_TRANSPORT_SHM;
@@ -260,8 +259,6 @@ unsigned vs_shm_poll(struct vs_sock *s, int fd, unsigned interest, int tcp_reven
         }
     } else {
         m |= tcp & (POLLIN | POLLPRI | POLLRDHUP);
-        if ((tcp & POLLIN) && c->accepter) /* the connector: see io.c */
-            atomic_store(&c->st.tcp_data_seen, true);
     }
     if (tx_ring) {
         if (tx_ring_room(c) || atomic_load(&c->st.tx_revert_pending))
