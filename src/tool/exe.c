@@ -33,8 +33,8 @@ static uint64_t align_up(uint64_t n, uint64_t align)
 }
 
 /* The standard Go toolchain writes a note owned by "Go" (the build ID, type
- * 4) into every binary it links, static or dynamic; gccgo does not, and its
- * programs call libc like C ones. */
+ * 4) into every binary it links, static or dynamic, in its own PT_NOTE
+ * segment: found even when the section headers are stripped. */
 static bool note_segment_has_go(int fd, const Elf64_Phdr *ph)
 {
     uint64_t align = ph->p_align == 8 ? 8 : 4, off = 0;
