@@ -1,8 +1,10 @@
 /* cmd_doctor.c - `vsocket doctor`: what this host offers each transport,
- * and what is missing. */
+ * and what is missing; `vsocket doctor PROGRAM`: whether vsocket can see
+ * PROGRAM's sockets, why, and what to do if not. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <infiniband/verbs.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
@@ -13,18 +15,28 @@
 #include <unistd.h>
 
 #include "transport/transport.h"
+#include "tool/exe.h"
 #include "tool/tool.h"
 
 static int missing;
 
 static void usage(FILE *out)
 {
-    fputs("usage: vsocket doctor\n"
+    fputs("usage: vsocket doctor [PROGRAM]\n"
           "\n"
           "Shows what this host offers vsocket: the transports in this build, RDMA devices\n"
           "with their ports and GIDs, shared-memory and locked-memory limits, kernel\n"
           "features, and a list of what is missing.\n"
-          "Exit codes: 0 nothing missing, 4 something missing (listed), 2 usage error.\n",
+          "\n"
+          "With PROGRAM (looked up in PATH like `vsocket run`), examines that program\n"
+          "instead: what kind of executable it is, whether vsocket can see its sockets, and\n"
+          "what to do if not. vsocket cannot see the sockets of Go programs (the Go runtime\n"
+          "makes system calls without libc) nor of statically linked ones (no dynamic loader,\n"
+          "so no LD_PRELOAD); they run unchanged, unaccelerated.\n"
+          "\n"
+          "Exit codes: 0 nothing missing, 4 something missing (listed), 2 usage error.\n"
+          "With PROGRAM: 0 nothing found that keeps vsocket out, 4 vsocket cannot see its\n"
+          "sockets, 126 PROGRAM not executable or not readable, 127 PROGRAM not found.\n",
           out);
 }
 
@@ -156,16 +168,142 @@ static void check_build(void)
                vs_transport_built((enum vs_transport)t) ? "built" : "not built yet");
 }
 
+/* The dynamic loader's name tells the C library: glibc's are ld-linux*.so
+ * and ld64.so (ppc64, s390x); musl's is ld-musl-ARCH.so.1. */
+static bool glibc_loader(const char *interp)
+{
+    const char *base = strrchr(interp, '/');
+    base = base ? base + 1 : interp;
+    return strncmp(base, "ld-linux", 8) == 0 || strncmp(base, "ld64.so", 7) == 0;
+}
+
+static void explain_dynamic(const struct vs_exe *exe)
+{
+    printf("  kind: a dynamically linked program (64-bit ELF), interpreter %s%s\n", exe->interp,
+           glibc_loader(exe->interp) ? " (glibc)" : "");
+    printf("  vsocket: can interpose: the loader loads vsocket first (LD_PRELOAD) and the\n"
+           "    program's socket calls go through libc. While it runs, `vsocket stat` shows each\n"
+           "    socket's transport; calls that bypass libc (raw syscall(), io_uring) are listed\n"
+           "    in docs/interposition.md.\n");
+    if (!glibc_loader(exe->interp))
+        printf("  note: its loader is not glibc's; vsocket is built against glibc and may fail\n"
+               "    to load into it.\n");
+    if (exe->setid)
+        /* The loader then runs in secure mode (AT_SECURE): it ignores
+         * LD_PRELOAD entries with a slash, which ours has. */
+        printf("  note: it is set-user-ID or set-group-ID: when it runs with privileges other\n"
+               "    than its caller's, the loader ignores LD_PRELOAD and vsocket is not loaded.\n");
+}
+
+static void explain_go(const struct vs_exe *exe)
+{
+    if (exe->interp[0])
+        printf("  kind: a Go program (64-bit ELF), dynamically linked, interpreter %s\n",
+               exe->interp);
+    else
+        printf("  kind: a Go program (64-bit ELF), statically linked\n");
+    printf("  vsocket: cannot see its sockets. The Go runtime makes its system calls itself,\n"
+           "    without libc, even in a dynamically linked program: vsocket may be loaded, but\n"
+           "    the libc functions it replaces are never called for Go's sockets.\n");
+    printf("  what to do: nothing at the libc level. It runs unchanged, over kernel TCP,\n"
+           "    unaccelerated; programs it starts get vsocket if they are dynamically linked.\n");
+}
+
+static void explain_static(void)
+{
+    printf("  kind: a statically linked program (64-bit ELF, no interpreter)\n");
+    printf("  vsocket: cannot be loaded into it: LD_PRELOAD is read by the dynamic loader,\n"
+           "    and a static program has none, so vsocket never sees its sockets.\n");
+    printf("  what to do: relink it dynamically (without -static). Until then it runs\n"
+           "    unchanged, over kernel TCP, unaccelerated.\n");
+}
+
+/* What vsocket can do for a program of EXE's kind. Returns the exit code. */
+static int explain(const struct vs_exe *exe)
+{
+    switch (exe->kind) {
+    case VS_EXE_DYNAMIC:
+        explain_dynamic(exe);
+        return VS_EXIT_OK;
+    case VS_EXE_GO:
+        explain_go(exe);
+        return VS_EXIT_MISSING;
+    case VS_EXE_STATIC:
+        explain_static();
+        return VS_EXIT_MISSING;
+    case VS_EXE_LOADER:
+        printf("  kind: a shared object without interpreter, such as the dynamic loader run\n"
+               "    directly\n"
+               "  vsocket: the loader honours LD_PRELOAD for the program it runs: ask `vsocket\n"
+               "    doctor` about that program.\n");
+        return VS_EXIT_OK;
+    case VS_EXE_SCRIPT:
+        printf("  kind: a #! script whose interpreter is a #! script too: not examined\n");
+        return VS_EXIT_OK;
+    default:
+        printf("  kind: %s\n"
+               "  vsocket: cannot tell (it reads 64-bit little-endian ELF headers and #! lines).\n"
+               "    Try it: while it runs under `vsocket run`, `vsocket stat` lists the sockets\n"
+               "    vsocket sees.\n",
+               exe->unknown);
+        return VS_EXIT_OK;
+    }
+}
+
+/* A #! script is as reachable as its interpreter (one level deep). */
+static int explain_script(const struct vs_exe *script)
+{
+    struct vs_exe interp;
+    printf("  script: a #! script run by %s, which is examined below\n", script->interp);
+    if (vs_exe_inspect(script->interp, &interp) < 0) {
+        printf("  cannot read %s: %s\n", script->interp, strerror(errno));
+        return VS_EXIT_OK;
+    }
+    return explain(&interp);
+}
+
+static int doctor_program(const char *arg)
+{
+    char path[PATH_MAX];
+    struct vs_exe exe;
+    if (vs_exe_resolve(arg, path, sizeof(path)) < 0) {
+        int e = errno;
+        bool searched = strchr(arg, '/') == NULL;
+        fprintf(stderr, "vsocket doctor: %s: %s\n", arg,
+                e == ENOENT && searched ? "command not found" : strerror(e));
+        return e == ENOENT ? VS_EXIT_NOT_FOUND : VS_EXIT_NOT_EXECUTABLE;
+    }
+    if (vs_exe_inspect(path, &exe) < 0) {
+        fprintf(stderr, "vsocket doctor: %s: cannot read it: %s\n", path, strerror(errno));
+        return VS_EXIT_NOT_EXECUTABLE;
+    }
+    printf("Program %s:\n", path);
+    if (exe.kind == VS_EXE_SCRIPT)
+        return explain_script(&exe);
+    return explain(&exe);
+}
+
 int cmd_doctor(int argc, char **argv)
 {
+    const char *program = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             usage(stdout);
             return VS_EXIT_OK;
         }
-        fprintf(stderr, "vsocket doctor: unknown argument '%s'\n", argv[i]);
-        return VS_EXIT_USAGE;
+        if (argv[i][0] == '-') {
+            fprintf(stderr, "vsocket doctor: unknown argument '%s'\n", argv[i]);
+            return VS_EXIT_USAGE;
+        }
+        if (program) {
+            fprintf(stderr, "vsocket doctor: one program at a time ('%s' is one too many)\n",
+                    argv[i]);
+            return VS_EXIT_USAGE;
+        }
+        program = argv[i];
     }
+    if (program)
+        return doctor_program(program);
     check_build();
     check_rdma();
     check_memory();

@@ -4,11 +4,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "config/config.h"
 #include "config/log.h"
+#include "tool/exe.h"
 #include "tool/tool.h"
 
 #define LIBRARY "libvsocket.so"
@@ -19,6 +19,11 @@ static void usage(FILE *out)
           "\n"
           "Runs PROGRAM with vsocket loaded (LD_PRELOAD). Its children and the programs it\n"
           "executes inherit vsocket. The exit code is PROGRAM's.\n"
+          "\n"
+          "vsocket cannot see the sockets of Go programs (the Go runtime makes system calls\n"
+          "without libc) nor of statically linked ones (no dynamic loader, so no LD_PRELOAD).\n"
+          "For such a PROGRAM, or a #! script run by one, run prints one line saying so on\n"
+          "stderr, then runs it unchanged and unaccelerated; `vsocket doctor PROGRAM` explains.\n"
           "\n"
           "Options (each sets the VSOCKET_* variable named, which see):\n"
           "  --transport=LIST   transports sockets may use, e.g. kernel (VSOCKET_TRANSPORTS)\n"
@@ -150,33 +155,28 @@ static int parse_options(int argc, char **argv, int *first_arg)
     return 0;
 }
 
-/* Where PROGRAM would be executed from, following PATH like execvp. Sets
- * errno to ENOENT or EACCES when there is nothing runnable. */
-static int resolve_program(const char *program, char *out, size_t outlen)
+/* One line on stderr when PROGRAM (or the interpreter of a #! script) is a
+ * program whose sockets vsocket cannot see: it runs anyway, and without this
+ * the user would take its kernel TCP figures for vsocket's. */
+static void warn_unseen(const char *program)
 {
-    if (strchr(program, '/')) {
-        snprintf(out, outlen, "%s", program);
-        if (access(out, F_OK) < 0)
-            return -1;
-        return access(out, X_OK);
+    struct vs_exe exe, interp;
+    if (vs_exe_inspect(program, &exe) < 0)
+        return;
+    const char *why = vs_exe_unseen_reason(exe.kind);
+    if (why) {
+        fprintf(stderr, "vsocket: %s %s; it runs unaccelerated (see: vsocket doctor %s)\n", program,
+                why, program);
+        return;
     }
-    const char *path = getenv("PATH");
-    if (!path || !*path)
-        path = "/usr/local/bin:/usr/bin:/bin";
-    int saw_eacces = 0;
-    for (const char *p = path; *p;) {
-        size_t len = strcspn(p, ":");
-        snprintf(out, outlen, "%.*s%s%s", (int)len, p, len ? "/" : "", program);
-        struct stat st;
-        if (stat(out, &st) == 0 && S_ISREG(st.st_mode)) {
-            if (access(out, X_OK) == 0)
-                return 0;
-            saw_eacces = 1;
-        }
-        p += len + (p[len] == ':');
-    }
-    errno = saw_eacces ? EACCES : ENOENT;
-    return -1;
+    if (exe.kind != VS_EXE_SCRIPT || vs_exe_inspect(exe.interp, &interp) < 0)
+        return;
+    why = vs_exe_unseen_reason(interp.kind);
+    if (why)
+        fprintf(stderr,
+                "vsocket: %s runs under %s, which %s; it runs unaccelerated (see: vsocket "
+                "doctor %s)\n",
+                program, exe.interp, why, program);
 }
 
 static void set_preload(const char *library)
@@ -209,12 +209,13 @@ int cmd_run(int argc, char **argv)
     if (find_library(library, sizeof(library)) < 0)
         return VS_EXIT_NO_LIBRARY;
     char program[PATH_MAX];
-    if (resolve_program(argv[first], program, sizeof(program)) < 0) {
+    if (vs_exe_resolve(argv[first], program, sizeof(program)) < 0) {
         int e = errno;
         fprintf(stderr, "vsocket run: %s: %s\n", argv[first],
                 e == ENOENT ? "command not found" : strerror(e));
         return e == ENOENT ? VS_EXIT_NOT_FOUND : VS_EXIT_NOT_EXECUTABLE;
     }
+    warn_unseen(program);
     set_preload(library);
     execv(program, argv + first);
     int e = errno;

@@ -16,13 +16,15 @@ static void usage(FILE *out)
           "  run [OPTIONS] -- PROGRAM [ARGS...]  run PROGRAM with vsocket loaded\n"
           "  stat [--json] [--all] [--pid PID] [--watch[=SECONDS]]\n"
           "                                      show the sockets of running vsocket processes\n"
-          "  doctor                              show what this host offers vsocket\n"
+          "  doctor [PROGRAM]                    show what this host offers vsocket, or whether\n"
+          "                                      vsocket can see PROGRAM's sockets\n"
           "  version                             print the version\n"
           "  help [COMMAND]                      this text, or a command's\n"
           "\n"
           "Exit codes: 0 success, 1 internal error, 2 usage error, 3 no vsocket process (stat),\n"
-          "4 something missing (doctor), 5 libvsocket.so not found (run), 126 program not\n"
-          "executable (run), 127 program not found (run); otherwise run exits as PROGRAM did.\n"
+          "4 something missing (doctor; with PROGRAM: vsocket cannot see its sockets),\n"
+          "5 libvsocket.so not found (run), 126 program not executable (run, doctor),\n"
+          "127 program not found (run, doctor); otherwise run exits as PROGRAM did.\n"
           "Configuration: VSOCKET_* environment variables, see `man 7 vsocket` or\n"
           "docs/configuration.md.\n",
           out);
