@@ -43,7 +43,7 @@ static void diag_addr(const struct sockaddr_storage *ss, int family, __be32 addr
 }
 
 static uint64_t query(int family, const struct sockaddr_storage *local,
-                      const struct sockaddr_storage *peer)
+                      const struct sockaddr_storage *peer, unsigned *uid)
 {
     int nl = vs_real.socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
     if (nl < 0)
@@ -74,6 +74,7 @@ static uint64_t query(int family, const struct sockaddr_storage *local,
             NLMSG_OK(&reply.h, (size_t)n) && reply.h.nlmsg_type == SOCK_DIAG_BY_FAMILY) {
             const struct inet_diag_msg *m = NLMSG_DATA(&reply.h);
             ino = m->idiag_inode;
+            *uid = m->idiag_uid;
         }
     }
     syscall(SYS_close, nl);
@@ -88,14 +89,22 @@ static bool is_v4(const struct sockaddr_storage *ss)
     return IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr);
 }
 
-uint64_t vs_shm_diag_inode(const struct sockaddr_storage *local,
-                           const struct sockaddr_storage *peer)
+uint64_t vs_shm_diag(const struct sockaddr_storage *local, const struct sockaddr_storage *peer,
+                     unsigned *uid)
 {
     /* The socket may be v4 or a v6 socket speaking v4-mapped: ask both. */
     uint64_t ino = 0;
+    unsigned ignored;
+    uid = uid ? uid : &ignored;
     if (is_v4(local) && is_v4(peer))
-        ino = query(AF_INET, local, peer);
+        ino = query(AF_INET, local, peer, uid);
     if (!ino)
-        ino = query(AF_INET6, local, peer);
+        ino = query(AF_INET6, local, peer, uid);
     return ino;
+}
+
+uint64_t vs_shm_diag_inode(const struct sockaddr_storage *local,
+                           const struct sockaddr_storage *peer)
+{
+    return vs_shm_diag(local, peer, NULL);
 }

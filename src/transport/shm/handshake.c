@@ -201,13 +201,29 @@ static void close_fds(int *fds, int nfds)
 }
 
 /* The credentials of the process at the other end of CHAN (kernel-given:
- * the caller cannot forge them). The default policy: same uid only, so a
- * process of another user never attaches to our rings. */
+ * the caller cannot forge them), if VSOCKET_SHM_PEERS lets its user share
+ * rings with us (docs/design/shm-transport.md, "Peers of other users"). */
 static bool peer_cred(int chan, struct ucred *cred)
 {
     socklen_t len = sizeof(*cred);
     return vs_real.getsockopt(chan, SOL_SOCKET, SO_PEERCRED, cred, &len) == 0 &&
-           cred->uid == geteuid();
+           vs_config_peer_allowed(cred->uid);
+}
+
+/* Our part of the proof for a peer of another user, who may not look into
+ * our /proc/PID/fd: an O_PATH descriptor of our TCP socket FD. Only a
+ * process that may look into our /proc/PID/fd (ours, or one with ptrace
+ * read rights over us) can make one. -1 when the peer is of our user. */
+static int proof_fd(int chan, int fd)
+{
+    struct ucred cred;
+    socklen_t len = sizeof(cred);
+    if (vs_real.getsockopt(chan, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 ||
+        cred.uid == geteuid())
+        return -1;
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+    return (int)syscall(SYS_openat, AT_FDCWD, path, O_PATH | O_CLOEXEC);
 }
 
 static bool peer_uid_ok(int chan)
@@ -235,12 +251,22 @@ static bool fd_is_real(pid_t pid, int fd)
     return flags && !(strtoul(flags + 6, NULL, 8) & O_PATH);
 }
 
+/* A peer we may not look into: the descriptor it sent (PROOF, or -1) is
+ * one of the socket the kernel reports for the mirrored 4-tuple. */
+static bool proof_by_fd(int proof, uint64_t want)
+{
+    struct stat st;
+    return proof >= 0 && fstat(proof, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_ino == want;
+}
+
 /* The peer says its TCP socket is its fd FD. Proof: the process the kernel
  * names as the caller on CHAN holds, under that number, a real descriptor
  * of the socket that the kernel reports for the mirrored 4-tuple. Nobody
  * else can: /proc/PID/fd of another process yields O_PATH descriptors at
- * most, and passing such a descriptor is not holding the socket. */
-static bool proof_ok(struct vs_shm_conn *c, int chan, uint64_t fd, const char **why)
+ * most, and passing such a descriptor is not holding the socket. When we
+ * may not look (a peer of another user), the O_PATH descriptor it sent
+ * (PROOF) must be of that socket: see proof_fd() for who can make one. */
+static bool proof_ok(struct vs_shm_conn *c, int chan, uint64_t fd, int proof, const char **why)
 {
     uint64_t want = vs_shm_diag_inode(&c->peer, &c->local);
     /* No socket for the 4-tuple: the peer closed it already (a short
@@ -258,6 +284,8 @@ static bool proof_ok(struct vs_shm_conn *c, int chan, uint64_t fd, const char **
         if (sscanf(link, "socket:[%llu]", &ino) != 1)
             ino = 0;
     }
+    if (n < 0 && (errno == EACCES || errno == EPERM || errno == ENOENT) && proof_by_fd(proof, want))
+        return true;
     if (ino == want && fd_is_real(cred.pid, (int)fd))
         return true;
     /* The peer may have closed its socket while we looked. */
@@ -316,6 +344,25 @@ static void no_answer(struct vs_shm_conn *c)
     vs_shm_conn_fail(c, open ? VS_REASON_PEER_NOT_VSOCKET : VS_REASON_PEER_CLOSED);
 }
 
+/* Whoever listens on the rendezvous may be a squatter that bound the name
+ * before the connector did (the connector binds it only once the
+ * connection lives). Our proof for a peer of another user is a descriptor
+ * of our socket: such a squatter could replay it to the connector later.
+ * So a listener of another user must be the user that created the
+ * connector's socket (sock_diag says who), which leaves only processes the
+ * connector's user controls (docs/design/shm-transport.md). */
+static bool listener_is_connector_user(struct vs_shm_conn *c)
+{
+    struct ucred cred;
+    socklen_t len = sizeof(cred);
+    unsigned owner = 0;
+    if (vs_real.getsockopt(c->chan, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
+        return false;
+    if (cred.uid == geteuid())
+        return true;
+    return vs_shm_diag(&c->peer, &c->local, &owner) != 0 && owner == cred.uid;
+}
+
 /* Accepter: call the connector's rendezvous and introduce ourselves. The
  * connector binds it when it decides, by its own count, that the connection
  * lives: one call a millisecond at most until then, and at least two calls
@@ -336,10 +383,13 @@ static void accepter_connect(struct vs_shm_conn *c, int fd)
             no_answer(c);
         return;
     }
-    if (!peer_uid_ok(c->chan))
+    if (!peer_uid_ok(c->chan) || !listener_is_connector_user(c))
         return decline(c, VS_REASON_PEER_CREDENTIALS);
     struct vs_shm_msg m = make_msg(VS_MSG_HELLO, 0, (uint64_t)fd);
-    if (send_with_fds(c, &m, NULL, 0) < 0)
+    int proof = proof_fd(c->chan, fd);
+    int rc = send_with_fds(c, &m, &proof, proof >= 0);
+    close_fd(&proof);
+    if (rc < 0)
         return decline(c, VS_REASON_NO_RESOURCES);
     vs_shm_bump(c);
     atomic_store(&c->hs, VS_HS_WAIT_ACK);
@@ -361,7 +411,7 @@ static void connector_accept(struct vs_shm_conn *c)
             atomic_store(&c->hs, VS_HS_WAIT_HELLO);
             return;
         }
-        vs_info("shm: refused a rendezvous caller of another uid");
+        vs_info("shm: refused a rendezvous caller of a user VSOCKET_SHM_PEERS does not allow");
         syscall(SYS_close, chan);
     }
     if (vs_now_ns() > c->deadline_ns)
@@ -382,17 +432,21 @@ static void connector_reject(struct vs_shm_conn *c, const char *why)
 static void connector_hello(struct vs_shm_conn *c, int fd, const struct vs_shm_msg *m, int *fds,
                             int nfds)
 {
-    if (m->type != VS_MSG_HELLO || nfds != 0) {
+    if (m->type != VS_MSG_HELLO || nfds > 1) {
         close_fds(fds, nfds);
         return connector_reject(c, "not a HELLO");
     }
     const char *why;
-    if (!proof_ok(c, vs_shm_fd(c, c->chan), m->arg2, &why))
+    bool proven = proof_ok(c, vs_shm_fd(c, c->chan), m->arg2, nfds ? fds[0] : -1, &why);
+    close_fds(fds, nfds);
+    if (!proven)
         return connector_reject(c, "proof of identity failed");
     if (create_rx_ring(c, fd) < 0)
         return decline(c, VS_REASON_NO_RESOURCES);
     struct vs_shm_msg ack = make_msg(VS_MSG_HELLO_ACK, c->rx.capacity, (uint64_t)fd);
-    int rc = send_with_fds(c, &ack, &c->rx.fd, 1);
+    int out[2] = {c->rx.fd, proof_fd(vs_shm_fd(c, c->chan), fd)};
+    int rc = send_with_fds(c, &ack, out, out[1] >= 0 ? 2 : 1);
+    close_fd(&out[1]);
     vs_ring_close_fd(&c->rx);
     atomic_store_explicit(&c->rx_ready, true, memory_order_release);
     if (rc < 0)
@@ -424,12 +478,14 @@ static void connector_ready(struct vs_shm_conn *c, const struct vs_shm_msg *m, i
 static void accepter_ack(struct vs_shm_conn *c, int fd, const struct vs_shm_msg *m, int *fds,
                          int nfds)
 {
-    if (m->type != VS_MSG_HELLO_ACK || nfds != 1) {
+    if (m->type != VS_MSG_HELLO_ACK || nfds < 1) {
         close_fds(fds, nfds);
         return decline(c, declined(m));
     }
     const char *why;
-    if (!proof_ok(c, vs_shm_fd(c, c->chan), m->arg2, &why)) {
+    bool proven = proof_ok(c, vs_shm_fd(c, c->chan), m->arg2, nfds > 1 ? fds[1] : -1, &why);
+    close_fds(fds + 1, nfds - 1);
+    if (!proven) {
         close_fd(&fds[0]);
         return decline(c, why);
     }

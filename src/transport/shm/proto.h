@@ -7,15 +7,18 @@
  * (wrong size, magic, version or type, unexpected descriptors) is refused.
  *
  * Handshake (the accepting side A calls the connecting side C):
- *   A -> C  HELLO     arg2=fd               (no descriptor)
- *   C -> A  HELLO_ACK arg=capacity arg2=fd  [memfd of C's receive ring]
+ *   A -> C  HELLO     arg2=fd               [proof]
+ *   C -> A  HELLO_ACK arg=capacity arg2=fd  [memfd of C's receive ring, proof]
  *   A -> C  READY     arg=capacity          [memfd of A's receive ring]
  *   either  DECLINE   arg=VS_DECLINE_LEAVING when the sender leaves the rings
  *                     (exec, stdio, splice), else 0
  * arg2=fd is the sender's descriptor number of its TCP socket: the receiver
  * checks that the process the kernel names as its caller (SO_PEERCRED)
  * holds, under that number, a real (not O_PATH) descriptor of the socket
- * NETLINK_SOCK_DIAG reports for the mirrored 4-tuple.
+ * NETLINK_SOCK_DIAG reports for the mirrored 4-tuple. [proof] is sent to a
+ * receiver of another user only (who may not look into the sender's
+ * /proc/PID/fd): an O_PATH descriptor of that socket, which only the sender
+ * or a process with ptrace read rights over it can open.
  * Data phase:
  *   SWITCH  arg=S   the sender's bytes after stream offset S are in the ring
  *   WAKE            the ring changed while the other side slept
@@ -30,7 +33,7 @@
 #include <stdint.h>
 
 #define VS_SHM_MAGIC 0x314b5356u /* "VSK1" */
-#define VS_SHM_VERSION 1u
+#define VS_SHM_VERSION 2u
 
 enum vs_shm_msg_type {
     VS_MSG_HELLO = 1,
