@@ -48,6 +48,7 @@ struct vs_sock *vs_sock_new(int fd, int family, int type, int protocol, const ch
     s->serial = atomic_fetch_add_explicit(&next_serial, 1, memory_order_relaxed);
     atomic_store(&s->in_epoll_plain, false);
     s->conn_shown = -1;
+    s->have_addrs = false;
     atomic_store(&s->state, VS_STATE_OPEN);
     s->stat = vs_stats_open(fd, family, type, s->transport, reason ? reason : kernel_reason(type));
     /* Published last: a racing lookup that finds this recycled object must
@@ -109,6 +110,11 @@ void vs_sock_refresh_addrs(struct vs_sock *s, int fd)
     int saved_errno = errno;
     bool have_local = vs_real.getsockname(fd, (void *)&local, &llen) == 0;
     bool have_peer = vs_real.getpeername(fd, (void *)&peer, &plen) == 0;
+    s->have_addrs = have_local && have_peer;
+    if (s->have_addrs) {
+        s->local = local;
+        s->peer = peer;
+    }
     vs_stats_set_addrs(s->stat, have_local ? (void *)&local : NULL,
                        have_peer ? (void *)&peer : NULL);
     errno = saved_errno;

@@ -3,6 +3,7 @@
 #ifndef VSOCKET_SOCK_H
 #define VSOCKET_SOCK_H
 
+#include <sys/socket.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -34,6 +35,11 @@ struct vs_sock {
      * (readiness/epoll.c; its record could outlive the number). */
     _Atomic bool no_cold;
     int conn_shown; /* the transport's: what the statistics show of the connection */
+    /* The addresses as last read from the kernel (vs_sock_refresh_addrs),
+     * valid when have_addrs: a transport set up right after needs no
+     * second look. */
+    bool have_addrs;
+    struct sockaddr_storage local, peer;
     /* Unique per socket ever created in this process: tells a socket from a
      * later one that reuses this object (readiness keeps fd -> socket
      * records that may outlive the socket). */

@@ -304,7 +304,9 @@ static enum tag untag(uint64_t v, int epfd, struct rec **r, bool *watch)
  * closed or now names another socket (the record is then dropped). */
 static struct vs_sock *rec_sock(struct rec *r)
 {
-    struct vs_sock *s = vs_fd_get(r->fd);
+    /* Peek, not get: a number closed since is not worth a look at the
+     * kernel (a new socket under it could never match the serial). */
+    struct vs_sock *s = vs_fd_peek(r->fd);
     if (s && s == r->sock && s->serial == r->serial && s->ops)
         return s;
     if (s)
@@ -895,6 +897,7 @@ struct wait {
     uint64_t round;
     long now;
     bool kicked; /* the kick eventfd fired */
+    bool spins;  /* a record's socket is on a transport's memory (last scan) */
 };
 
 static void report(struct wait *w, struct rec *r, unsigned m)
@@ -1003,6 +1006,7 @@ static void scan(struct wait *w, bool sync)
         }
         if (sync && r->watch >= 0 && !r->watch_own)
             claim_watch(s, r);
+        w->spins |= s->ops->spins(s);
         unsigned m = s->ops->poll_fast(s, interest(r));
         if (m && (m = edges(s, r, m, 0)))
             report(w, r, m);
@@ -1100,8 +1104,9 @@ static int wait_translated(int epfd, struct epoll_event *events, int max, long t
             break;
         }
         struct armed a = {0};
-        if (left != 0 && vs_spin_until(scan_any, &w, NULL))
+        if (left != 0 && w.spins && vs_spin_until(scan_any, &w, NULL))
             left = 0;
+        w.spins = false;
         pthread_mutex_lock(&lock);
         w.round = ++rounds;
         w.now = vs_now_ns();
@@ -1109,6 +1114,10 @@ static int wait_translated(int epfd, struct epoll_event *events, int max, long t
         if (colds[epfd])
             sweep(epfd, w.now);
         scan(&w, true);
+        /* Nothing on a transport's memory: no reason for a first look
+         * that does not sleep (a short-lived connection's every wait). */
+        if (iter == 0 && !w.spins && w.n == 0 && timeout_ns != 0)
+            left = deadline < 0 ? -1 : deadline - w.now > 0 ? deadline - w.now : 0;
         if (w.n == 0 && left != 0) {
             arm_all(&w, &a);
             scan(&w, false);

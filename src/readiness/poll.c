@@ -46,6 +46,16 @@ static void build(struct poll_state *st, const struct pollfd *fds)
     }
 }
 
+/* Whether any translated fd is on a transport's memory: otherwise spinning
+ * can only burn the CPU the peer needs. */
+static bool spins(struct poll_state *st)
+{
+    for (nfds_t i = 0; i < st->n; i++)
+        if (st->sock[i] && st->sock[i]->ops->spins(st->sock[i]))
+            return true;
+    return false;
+}
+
 /* Readiness from the rings alone; 0 system calls. */
 static int rings_ready(struct poll_state *st, const struct pollfd *fds)
 {
@@ -86,7 +96,8 @@ static int poll_translated(struct poll_state *st, struct pollfd *fds, long timeo
         long left = deadline < 0 ? -1 : deadline - vs_now_ns();
         if (left < 0 && deadline >= 0)
             left = 0;
-        if (left != 0 && (rings_ready(st, fds) || vs_spin_until(rings_ready_cb, st, fds)))
+        if (left != 0 && (rings_ready(st, fds) ||
+                          (spins(st) && vs_spin_until(rings_ready_cb, st, fds))))
             left = 0;
         bool armed = false, nap = false;
         if (left != 0) {

@@ -86,6 +86,9 @@ struct vs_transport_ops {
                      bool watch_fired);
     /* Readiness from memory alone: no system call, 0 when unsure. */
     unsigned (*poll_fast)(struct vs_sock *s, unsigned interest);
+    /* Whether busy-polling memory can show news (VSOCKET_POLL_US): not while
+     * the connection still runs on TCP, whose news only the kernel has. */
+    bool (*spins)(struct vs_sock *s);
     /* About to sleep in the kernel for INTEREST: the peer then rings the
      * watch fd on news. Returns what was armed; disarm withdraws it, rearm
      * keeps it for one more wake-up. */

@@ -66,14 +66,46 @@ static void list_del(struct vs_shm_conn *c)
     pthread_mutex_unlock(&conns_lock);
 }
 
-struct vs_shm_conn *vs_shm_conn_new(bool accepter, int fd, const struct sockaddr *peer,
-                                    socklen_t len)
+/* Pages of connections this process was the last to hold, kept for the
+ * next ones: a connection that lives for one request should not pay an
+ * mmap and a munmap. Only while no other process can have them (fork_child
+ * drops the child's copies). */
+#define SPARE_MAX 64
+static struct vs_shm_conn *spare[SPARE_MAX];
+static int spare_count;
+
+static struct vs_shm_conn *page_get(void)
 {
-    struct vs_shm_conn *c =
-        mmap(NULL, sizeof(*c), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (c == MAP_FAILED)
+    pthread_mutex_lock(&conns_lock);
+    struct vs_shm_conn *c = spare_count ? spare[--spare_count] : NULL;
+    pthread_mutex_unlock(&conns_lock);
+    if (c) {
+        memset(c, 0, sizeof(*c));
+        return c;
+    }
+    c = mmap(NULL, sizeof(*c), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    return c == MAP_FAILED ? NULL : c;
+}
+
+/* LAST: no other process holds the connection, so none uses the page. */
+static void page_put(struct vs_shm_conn *c, bool last)
+{
+    pthread_mutex_lock(&conns_lock);
+    bool kept = last && spare_count < SPARE_MAX;
+    if (kept)
+        spare[spare_count++] = c;
+    pthread_mutex_unlock(&conns_lock);
+    if (!kept)
+        munmap(c, sizeof(*c));
+}
+
+struct vs_shm_conn *vs_shm_conn_new(struct vs_sock *s, bool accepter, int fd,
+                                    const struct sockaddr *peer, socklen_t len)
+{
+    struct vs_shm_conn *c = page_get();
+    if (!c)
         return NULL;
-    /* A new anonymous mapping is zero: locks free, flags false. */
+    /* Zero: locks free, flags false. */
     atomic_store(&c->holders, 1);
     c->accepter = accepter;
     c->chan = c->chan_no = -1;
@@ -83,10 +115,17 @@ struct vs_shm_conn *vs_shm_conn_new(bool accepter, int fd, const struct sockaddr
     socklen_t llen = sizeof(c->local), plen = sizeof(c->peer);
     if (peer && len <= sizeof(c->peer))
         memcpy(&c->peer, peer, len);
-    if (vs_real.getsockname(fd, (void *)&c->local, &llen) < 0 ||
-        (!peer && vs_real.getpeername(fd, (void *)&c->peer, &plen) < 0) ||
-        (c->peer.ss_family != AF_INET && c->peer.ss_family != AF_INET6)) {
-        munmap(c, sizeof(*c));
+    if (s->have_addrs) {
+        c->local = s->local;
+        if (!peer)
+            c->peer = s->peer;
+    } else if (vs_real.getsockname(fd, (void *)&c->local, &llen) < 0 ||
+               (!peer && vs_real.getpeername(fd, (void *)&c->peer, &plen) < 0)) {
+        page_put(c, true);
+        return NULL;
+    }
+    if (c->peer.ss_family != AF_INET && c->peer.ss_family != AF_INET6) {
+        page_put(c, true);
         return NULL;
     }
     atomic_store(&c->hs, VS_HS_YOUNG);
@@ -97,7 +136,7 @@ struct vs_shm_conn *vs_shm_conn_new(bool accepter, int fd, const struct sockaddr
 void vs_shm_conn_free(struct vs_shm_conn *c)
 {
     list_del(c);
-    munmap(c, sizeof(*c));
+    page_put(c, true);
 }
 
 static void fd_lost(void *owner, int fd, unsigned first, unsigned last);
@@ -153,7 +192,7 @@ void vs_shm_release(struct vs_sock *s)
         vs_ring_destroy(&rx);
     for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
         vs_shm_close_own(c, &fds[i]);
-    munmap(c, sizeof(*c));
+    page_put(c, last);
 }
 
 /* The child of a fork holds every connection too: count it before the fork,
@@ -173,6 +212,10 @@ void vs_shm_fork_parent(void)
 
 void vs_shm_fork_child(void)
 {
+    /* The parent keeps its spare pages: ours are the same pages. */
+    for (int i = 0; i < spare_count; i++)
+        munmap(spare[i], sizeof(*spare[i]));
+    spare_count = 0;
     pthread_mutex_unlock(&conns_lock);
 }
 

@@ -74,8 +74,8 @@ struct vs_shm_conn {
 /* conn.c */
 /* PEER: the address connect() was given (the kernel may not know the peer
  * yet), or NULL to ask the kernel. */
-struct vs_shm_conn *vs_shm_conn_new(bool accepter, int fd, const struct sockaddr *peer,
-                                    socklen_t len);
+struct vs_shm_conn *vs_shm_conn_new(struct vs_sock *s, bool accepter, int fd,
+                                    const struct sockaddr *peer, socklen_t len);
 void vs_shm_conn_free(struct vs_shm_conn *c); /* one never attached to a socket */
 void vs_shm_conn_fail(struct vs_shm_conn *c, const char *reason); /* (ctl) */
 /* FD, just opened for C, becomes one of vsocket's own (core/ownfd.h): the

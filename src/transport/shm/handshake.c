@@ -251,6 +251,21 @@ static bool fd_is_real(pid_t pid, int fd)
     return flags && !(strtoul(flags + 6, NULL, 8) & O_PATH);
 }
 
+/* Whether a failed look into /proc/PID/fd (ERR) means that we may not look
+ * (another user's process; with hidepid, invisible), not that the peer
+ * named a descriptor it does not have. A process of our own user never
+ * gets the weaker proof below. */
+static bool may_not_look(const struct ucred *cred, int err)
+{
+    if (cred->uid == geteuid())
+        return false;
+    if (err == EACCES || err == EPERM)
+        return true;
+    char path[32];
+    snprintf(path, sizeof(path), "/proc/%d", (int)cred->pid);
+    return err == ENOENT && access(path, F_OK) < 0;
+}
+
 /* A peer we may not look into: the descriptor it sent (PROOF, or -1) is
  * one of the socket the kernel reports for the mirrored 4-tuple. */
 static bool proof_by_fd(int proof, uint64_t want)
@@ -284,7 +299,7 @@ static bool proof_ok(struct vs_shm_conn *c, int chan, uint64_t fd, int proof, co
         if (sscanf(link, "socket:[%llu]", &ino) != 1)
             ino = 0;
     }
-    if (n < 0 && (errno == EACCES || errno == EPERM || errno == ENOENT) && proof_by_fd(proof, want))
+    if (n < 0 && may_not_look(&cred, errno) && proof_by_fd(proof, want))
         return true;
     if (ino == want && fd_is_real(cred.pid, (int)fd))
         return true;

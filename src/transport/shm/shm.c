@@ -72,7 +72,7 @@ void vs_shm_on_connect(struct vs_sock *s, int fd, const struct sockaddr *peer, s
 {
     if (!eligible(s))
         return;
-    struct vs_shm_conn *c = vs_shm_conn_new(false, fd, peer, len);
+    struct vs_shm_conn *c = vs_shm_conn_new(s, false, fd, peer, len);
     if (!c)
         return;
     if (!peer_is_local(c)) {
@@ -88,7 +88,7 @@ void vs_shm_on_accept(struct vs_sock *s, int fd)
 {
     if (!eligible(s))
         return;
-    struct vs_shm_conn *c = vs_shm_conn_new(true, fd, NULL, 0);
+    struct vs_shm_conn *c = vs_shm_conn_new(s, true, fd, NULL, 0);
     if (!c)
         return;
     if (!peer_is_local(c)) {
@@ -330,6 +330,11 @@ void *vs_shm_cold_rec(struct vs_sock *s)
     return s->conn ? atomic_load(&conn_of(s)->cold_rec) : NULL;
 }
 
+bool vs_shm_spins(struct vs_sock *s)
+{
+    return vs_shm_done(s->conn);
+}
+
 bool vs_shm_rx_by_kernel(struct vs_sock *s)
 {
     struct vs_shm_conn *c = s->conn;
@@ -389,6 +394,7 @@ const struct vs_transport_ops vs_shm_ops = {
     .watch_fd = vs_shm_watch_fd,
     .poll = vs_shm_poll,
     .poll_fast = vs_shm_poll_rings,
+    .spins = vs_shm_spins,
     .arm = vs_shm_arm,
     .disarm = vs_shm_disarm,
     .rearm = vs_shm_rearm,

@@ -47,6 +47,8 @@ int vs_shm_watch_fd(struct vs_sock *s);
  * reported (the side channel is read). */
 unsigned vs_shm_poll(struct vs_sock *s, int fd, unsigned interest, int tcp_revents,
                      bool watch_fired);
+/* Whether the rings carry the connection (busy-polling them can help). */
+bool vs_shm_spins(struct vs_sock *s);
 /* Readiness from the rings alone: no system call, 0 when unsure. */
 unsigned vs_shm_poll_rings(struct vs_sock *s, unsigned interest);
 /* Announce that we are about to sleep in the kernel
