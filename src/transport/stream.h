@@ -41,6 +41,9 @@
 #define VS_UPGRADE_ACCEPTER_NS 1000000000L
 #define VS_UPGRADE_CONNECTOR_NS 2000000000L
 #define VS_UPGRADE_GRACE_NS 1000000000L
+/* Past its deadline a set-up waits for the peer's part as long as the peer
+ * has not been seen calling (it acts only at its calls), at most this long. */
+#define VS_UPGRADE_GIVE_UP_NS 30000000000L
 
 #define VS_STREAM_NO_LIMIT UINT64_MAX
 

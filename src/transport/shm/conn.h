@@ -47,7 +47,9 @@ struct vs_shm_conn {
     long born_ns;            /* connect or accept */
     long deadline_ns;        /* give up the handshake after this (ctl) */
     long next_try_ns;        /* accepter: the next call on the rendezvous (ctl) */
-    unsigned tries;          /* accepter: calls on the rendezvous so far (ctl) */
+    long next_check_ns;      /* the next look for a peer without vsocket (ctl) */
+    bool in_marked;          /* in_mark taken (ctl) */
+    uint64_t in_mark;        /* bytes received from the peer at a time past the deadline (ctl) */
     long caller_deadline_ns; /* connector: the current caller must say HELLO by then (ctl) */
     struct sockaddr_storage local, peer; /* as this side sees the TCP connection */
 

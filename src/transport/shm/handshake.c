@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -33,7 +34,8 @@
  * sends it right after connecting, so only a squatter holding the line to
  * keep the real accepter queued is ever that slow. */
 #define CALLER_PATIENCE_NS 200000000L
-/* The accepter calls a rendezvous not bound yet at most this often. */
+/* The accepter calls a rendezvous not bound yet at most this often, and
+ * either end looks for signs of a peer without vsocket at most this often. */
 #define VS_RENDEZVOUS_RETRY_NS 1000000L
 
 static void close_fd(int *fd)
@@ -104,6 +106,10 @@ int vs_shm_rendezvous_listen(struct vs_shm_conn *c)
 
 int vs_shm_event_fd(struct vs_shm_conn *c)
 {
+    /* Not the accepter's side channel before its call got through: an
+     * unconnected unix socket polls as hung up, and every wait would spin. */
+    if (atomic_load(&c->hs) == VS_HS_CONNECT)
+        return -1;
     int fd = vs_shm_fd(c, c->chan);
     return fd >= 0 ? fd : vs_shm_fd(c, c->rendezvous);
 }
@@ -351,6 +357,45 @@ static void finish(struct vs_shm_conn *c)
     vs_debug("shm: connection upgraded");
 }
 
+/* The rendezvous got through: the messages get their own time limit, however
+ * long the peer took to do its part. */
+static void messages_start(struct vs_shm_conn *c)
+{
+    long limit = vs_now_ns() + VS_UPGRADE_ACCEPTER_NS;
+    if (c->deadline_ns < limit)
+        c->deadline_ns = limit;
+}
+
+/* Bytes the kernel has received on TCP from the peer so far. */
+static uint64_t bytes_in(struct vs_shm_conn *c, int fd)
+{
+    int queued = 0;
+    if (syscall(SYS_ioctl, fd, FIONREAD, &queued) < 0 || queued < 0)
+        queued = 0;
+    return __atomic_load_n(&c->st.tcp_rx, __ATOMIC_RELAXED) + (uint64_t)queued;
+}
+
+/* Whether to stop waiting for the other end's part of the rendezvous. Each
+ * end does its part only at a call of its program, so silence proves
+ * nothing: past the deadline, we give up once the peer has been seen to
+ * call since (bytes from it arrived after a mark taken past the deadline)
+ * and a last look found nothing, or after VS_UPGRADE_GIVE_UP_NS. Checked
+ * once a millisecond at most (an ioctl). */
+static bool peer_called_since_deadline(struct vs_shm_conn *c, int fd)
+{
+    long now = vs_now_ns();
+    if (now <= c->deadline_ns || now < c->next_check_ns)
+        return false;
+    c->next_check_ns = now + VS_RENDEZVOUS_RETRY_NS;
+    uint64_t in = bytes_in(c, fd);
+    if (!c->in_marked) {
+        c->in_marked = true;
+        c->in_mark = in;
+        return false;
+    }
+    return in > c->in_mark || now > c->deadline_ns + VS_UPGRADE_GIVE_UP_NS;
+}
+
 /* Nobody answered in time: a peer without vsocket, or one whose socket is
  * already closed. */
 static void no_answer(struct vs_shm_conn *c)
@@ -380,26 +425,27 @@ static bool listener_is_connector_user(struct vs_shm_conn *c)
 
 /* Accepter: call the connector's rendezvous and introduce ourselves. The
  * connector binds it when it decides, by its own count, that the connection
- * lives: one call a millisecond at most until then, and at least two calls
- * before giving up, since both come only when the program calls. */
+ * lives: one call a millisecond at most until then. */
 static void accepter_connect(struct vs_shm_conn *c, int fd)
 {
     long now = vs_now_ns();
     if (now < c->next_try_ns)
         return;
     c->next_try_ns = now + VS_RENDEZVOUS_RETRY_NS;
-    c->tries++;
     if (c->chan < 0 && (c->chan = c->chan_no = vs_shm_own_fd(c, unix_socket())) < 0)
         return vs_shm_conn_fail(c, VS_REASON_NO_RESOURCES);
     struct sockaddr_un un;
     socklen_t len = rendezvous_name(c, &un);
     if (vs_real.connect(c->chan, (void *)&un, len) < 0) {
-        if (now > c->deadline_ns && c->tries > 1)
-            no_answer(c);
-        return;
+        /* A last call: the peer's bytes may have come right after its bind. */
+        if (!peer_called_since_deadline(c, fd))
+            return;
+        if (vs_real.connect(c->chan, (void *)&un, len) < 0)
+            return no_answer(c);
     }
     if (!peer_uid_ok(c->chan) || !listener_is_connector_user(c))
         return decline(c, VS_REASON_PEER_CREDENTIALS);
+    messages_start(c);
     struct vs_shm_msg m = make_msg(VS_MSG_HELLO, 0, (uint64_t)fd);
     int proof = proof_fd(c->chan, fd);
     int rc = send_with_fds(c, &m, &proof, proof >= 0);
@@ -410,26 +456,33 @@ static void accepter_connect(struct vs_shm_conn *c, int fd)
     atomic_store(&c->hs, VS_HS_WAIT_ACK);
 }
 
-/* Connector: take the accepter's call. Callers of another uid are turned
- * away and we keep listening for the real one. */
-static void connector_accept(struct vs_shm_conn *c)
+/* Connector: one call waiting on the rendezvous, if any, from a user we
+ * accept; callers of other users are turned away. 1 taken, 0 none. */
+static int take_caller(struct vs_shm_conn *c)
 {
     for (;;) {
         int chan =
             vs_real.accept4(vs_shm_fd(c, c->rendezvous), NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (chan < 0)
-            break;
+            return 0;
         if (peer_uid_ok(chan)) {
             c->chan = c->chan_no = vs_shm_own_fd(c, chan);
             c->caller_deadline_ns = vs_now_ns() + CALLER_PATIENCE_NS;
+            messages_start(c);
             vs_shm_bump(c);
             atomic_store(&c->hs, VS_HS_WAIT_HELLO);
-            return;
+            return 1;
         }
         vs_info("shm: refused a rendezvous caller of a user VSOCKET_SHM_PEERS does not allow");
         syscall(SYS_close, chan);
     }
-    if (vs_now_ns() > c->deadline_ns)
+}
+
+/* Connector: take the accepter's call. */
+static void connector_accept(struct vs_shm_conn *c, int fd)
+{
+    /* A last look after the check: its call may have come meanwhile. */
+    if (!take_caller(c) && peer_called_since_deadline(c, fd) && !take_caller(c))
         no_answer(c);
 }
 
@@ -689,7 +742,7 @@ void vs_shm_progress(struct vs_shm_conn *c, int fd)
     if (hs == VS_HS_CONNECT)
         accepter_connect(c, fd);
     else if (hs == VS_HS_LISTEN)
-        connector_accept(c);
+        connector_accept(c, fd);
     hs = (enum vs_shm_hs)atomic_load(&c->hs);
     if (hs != VS_HS_FAILED && hs != VS_HS_LISTEN && hs != VS_HS_CONNECT)
         drain(c, fd);
@@ -697,11 +750,12 @@ void vs_shm_progress(struct vs_shm_conn *c, int fd)
         connector_reject(c, "no HELLO in time");
     /* Listening again after a rejected caller: the real one may be queued. */
     if (atomic_load(&c->hs) == VS_HS_LISTEN && hs != VS_HS_LISTEN)
-        connector_accept(c);
+        connector_accept(c, fd);
     if (atomic_load(&c->hs) == VS_HS_DONE || atomic_load(&c->hs) == VS_HS_FAILED)
         vs_shm_close_own(c, &c->rendezvous);
+    /* Messages under way: the peer calls, or it is gone. */
     hs = (enum vs_shm_hs)atomic_load(&c->hs);
-    if (hs != VS_HS_DONE && hs != VS_HS_FAILED && hs != VS_HS_YOUNG &&
+    if ((hs == VS_HS_WAIT_HELLO || hs == VS_HS_WAIT_ACK || hs == VS_HS_WAIT_READY) &&
         vs_now_ns() > c->deadline_ns + VS_UPGRADE_GRACE_NS)
         vs_shm_conn_fail(c, VS_REASON_HANDSHAKE_TIMEOUT);
     vs_plock_unlock(&c->ctl_lock);
