@@ -3,12 +3,14 @@
  *   connect_close server [-p PORT] [-t THREADS] [-n COUNT] [-q REQ] [-r RESP]
  *       listens on 127.0.0.1:PORT (0: any; prints "port N"), THREADS threads block
  *       in accept(); per connection: read REQ bytes, write RESP bytes, close.
- *       Runs until killed, or until COUNT connections were served.
+ *       Runs until killed, or until COUNT connections were served; then prints
+ *       "served COUNT cpu_us X" (the process's user+system CPU per connection).
  *   connect_close client -p PORT [-d SECONDS | -n COUNT] [-c THREADS] [-q REQ] [-r RESP]
  *       THREADS threads each loop: socket, connect, write REQ bytes, read RESP
  *       bytes, close; for SECONDS (default 5) or COUNT connections in all.
  *       Prints one line: conns, seconds, conn/s, p50/p99/max of one connection
- *       (socket() to close() returned, us), errors.
+ *       (socket() to close() returned, us), the process's CPU per connection
+ *       (user+system, us), errors.
  *
  * Defaults: REQ 64, RESP 1024, THREADS 1. Exit code 0 if no connection failed.
  */
@@ -21,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -130,6 +133,15 @@ static void *client(void *arg)
     return NULL;
 }
 
+/* the process's user+system CPU so far, us */
+static double cpu_us(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e6 +
+           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
 static int cmp(const void *a, const void *b)
 {
     float x = *(const float *)a, y = *(const float *)b;
@@ -204,8 +216,10 @@ int main(int argc, char **argv)
     for (int i = 0; i < threads; i++)
         pthread_join(tid[i], NULL);
     double el = now() - t0;
-    if (server)
+    if (server) {
+        printf("served %ld cpu_us %.1f\n", count, cpu_us() / (double)(count ? count : 1));
         return errors ? 1 : 0;
+    }
 
     size_t n = 0;
     for (int i = 0; i < threads; i++)
@@ -214,8 +228,9 @@ int main(int argc, char **argv)
     for (size_t i = 0, k = 0; i < (size_t)threads; k += lat[i].n, i++)
         memcpy(all + k, lat[i].us, lat[i].n * sizeof *all);
     qsort(all, n, sizeof *all, cmp);
-    printf("conns %zu seconds %.3f conn/s %.1f p50_us %.1f p99_us %.1f max_us %.1f errors %ld\n", n,
-           el, (double)n / el, n ? all[n / 2] : 0.0, n ? all[n * 99 / 100] : 0.0,
-           n ? all[n - 1] : 0.0, (long)errors);
+    printf("conns %zu seconds %.3f conn/s %.1f p50_us %.1f p99_us %.1f max_us %.1f cpu_us %.1f "
+           "errors %ld\n",
+           n, el, (double)n / el, n ? all[n / 2] : 0.0, n ? all[n * 99 / 100] : 0.0,
+           n ? all[n - 1] : 0.0, cpu_us() / (double)(n ? n : 1), (long)errors);
     return errors ? 1 : 0;
 }
