@@ -9,7 +9,7 @@ build_pkgs=(build-essential cmake ninja-build pkg-config libibverbs-dev librdmac
             rdma-core ibverbs-providers ibverbs-utils clang-format valgrind)
 test_pkgs=(iperf3 sockperf redis-server redis-tools nginx-light wrk curl memcached
            libmemcached-tools socat ncat openssh-server openssh-client python3 python3-pytest
-           procps iproute2)
+           procps iproute2 strace linux-perf)
 guest_pkgs=(qemu-system-x86 rdmacm-utils perftest kmod busybox-static cpio iproute2 xz-utils)
 
 case "${1:-all}" in
