@@ -48,8 +48,8 @@ struct vs_shm_conn {
     long deadline_ns;        /* give up the handshake after this (ctl) */
     long next_try_ns;        /* accepter: the next call on the rendezvous (ctl) */
     long next_check_ns;      /* the next look for a peer without vsocket (ctl) */
-    bool in_marked;          /* in_mark taken (ctl) */
-    uint64_t in_mark;        /* bytes received from the peer at a time past the deadline (ctl) */
+    unsigned calls_seen;     /* past the deadline: 1 + peer calls seen since (ctl) */
+    uint64_t in_mark;        /* bytes received from the peer when last counted (ctl) */
     long caller_deadline_ns; /* connector: the current caller must say HELLO by then (ctl) */
     struct sockaddr_storage local, peer; /* as this side sees the TCP connection */
 

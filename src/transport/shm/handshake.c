@@ -361,7 +361,7 @@ static void finish(struct vs_shm_conn *c)
  * long the peer took to do its part. */
 static void messages_start(struct vs_shm_conn *c)
 {
-    long limit = vs_now_ns() + VS_UPGRADE_ACCEPTER_NS;
+    long limit = vs_now_ns() + VS_UPGRADE_MESSAGES_NS;
     if (c->deadline_ns < limit)
         c->deadline_ns = limit;
 }
@@ -377,10 +377,12 @@ static uint64_t bytes_in(struct vs_shm_conn *c, int fd)
 
 /* Whether to stop waiting for the other end's part of the rendezvous. Each
  * end does its part only at a call of its program, so silence proves
- * nothing: past the deadline, we give up once the peer has been seen to
- * call since (bytes from it arrived after a mark taken past the deadline)
- * and a last look found nothing, or after VS_UPGRADE_GIVE_UP_NS. Checked
- * once a millisecond at most (an ioctl). */
+ * nothing: past the deadline, we give up once the peer has been seen
+ * calling twice since, at least a millisecond apart (bytes from it arrived
+ * after a mark, twice: a vsocket peer does its part at one of two such
+ * calls, its calls on the rendezvous being a millisecond apart at most) and
+ * a last look found nothing; or after VS_UPGRADE_GIVE_UP_NS. Checked once a
+ * millisecond at most (an ioctl). */
 static bool peer_called_since_deadline(struct vs_shm_conn *c, int fd)
 {
     long now = vs_now_ns();
@@ -388,12 +390,12 @@ static bool peer_called_since_deadline(struct vs_shm_conn *c, int fd)
         return false;
     c->next_check_ns = now + VS_RENDEZVOUS_RETRY_NS;
     uint64_t in = bytes_in(c, fd);
-    if (!c->in_marked) {
-        c->in_marked = true;
+    if (c->calls_seen == 0 || in > c->in_mark) {
         c->in_mark = in;
-        return false;
+        if (++c->calls_seen > 2)
+            return true;
     }
-    return in > c->in_mark || now > c->deadline_ns + VS_UPGRADE_GIVE_UP_NS;
+    return now > c->deadline_ns + VS_UPGRADE_GIVE_UP_NS;
 }
 
 /* Nobody answered in time: a peer without vsocket, or one whose socket is
@@ -693,10 +695,11 @@ static bool not_ours_here(struct vs_shm_conn *c)
 
 /* Whether the connection has shown it will live (VSOCKET_UPGRADE_AFTER_*):
  * one that ends after a request or two costs less on the kernel than any
- * set-up. Never once TCP has ended in either direction. */
+ * set-up. Never once TCP has ended in both directions (one still open may
+ * move: a receiver whose program shut its sending side down). */
 static bool lives(struct vs_shm_conn *c)
 {
-    if (atomic_load(&c->st.tcp_eof) || __atomic_load_n(&c->st.tx_shut, __ATOMIC_RELAXED))
+    if (atomic_load(&c->st.tcp_eof) && __atomic_load_n(&c->st.tx_shut, __ATOMIC_RELAXED))
         return false;
     uint64_t moved = __atomic_load_n(&c->st.tcp_tx, __ATOMIC_RELAXED) +
                      __atomic_load_n(&c->st.tcp_rx, __ATOMIC_RELAXED);
@@ -708,6 +711,7 @@ static bool lives(struct vs_shm_conn *c)
  * starts calling it. */
 static void start(struct vs_shm_conn *c)
 {
+    vs_debug("shm: the set-up starts (%s)", c->accepter ? "accepter" : "connector");
     c->deadline_ns =
         vs_now_ns() + (c->accepter ? VS_UPGRADE_ACCEPTER_NS : VS_UPGRADE_CONNECTOR_NS);
     if (!c->accepter) {
