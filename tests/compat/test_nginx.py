@@ -1,6 +1,12 @@
-"""nginx (master + 2 workers, epoll) with curl and wrk, all under vsocket."""
+"""nginx (master + 2 workers, epoll) with curl and wrk, all under vsocket.
+
+test_nginx_www_data: the workers run as www-data (`user www-data;`, the
+master as root, as Debian ships it) and the clients as root, so every
+connection is between two users (issue 9: such peers share rings by
+default); the workers' connections must be on shm all the same."""
 
 import os
+import pwd
 import re
 import subprocess
 import sys
@@ -46,11 +52,15 @@ http {{
 WRK_REQS = re.compile(r"(\d+) requests in [\d.]+\w+, [\d.]+\w+ read")
 
 
-def make_site(d, port, sendfile):
+def make_site(d, port, sendfile, user=None):
     (d / "www").mkdir(parents=True)
     (d / "tmp").mkdir()
     (d / "logs").mkdir()  # nginx -p opens <prefix>/logs/error.log before reading the config
-    user = "user root;" if os.geteuid() == 0 else ""
+    if user:
+        os.chmod(d.parent, 0o755)  # the workers (USER) read the site
+        user = f"user {user};"
+    else:
+        user = "user root;" if os.geteuid() == 0 else ""
     (d / "nginx.conf").write_text(CONF.format(user=user, workers=WORKERS, d=d, port=port,
                                               sendfile=sendfile))
     (d / "www" / "index.html").write_text(
@@ -114,15 +124,21 @@ def fetch_python(runner, tmp_path, base):
     return got, 1
 
 
-def run_nginx(runner, servers, tmp_path, sendfile, client):
+def run_nginx(runner, servers, tmp_path, sendfile, client, user=None, with_wrk=None):
+    """USER: the workers' user (default: root when we are root). WITH_WRK:
+    run wrk too (default: with the python client only)."""
     nginx = require_program("nginx")
     wrk = require_program("wrk")
     port = free_port()
     d = tmp_path / f"nginx-{runner.name}"
-    digests = make_site(d, port, sendfile)
+    digests = make_site(d, port, sendfile, user)
     srv = servers.start("nginx", [nginx, "-p", d, "-c", d / "nginx.conf", "-e", d / "error.log"],
                         runner, port=port)
     master, workers = wait_workers(srv, d / "nginx.pid")
+    if user:
+        uids = {w: _uid(w) for w in workers}
+        assert set(uids.values()) == {pwd.getpwnam(user).pw_uid} and _uid(master) == 0, \
+            f"[{runner}] master {master} uid {_uid(master)}, workers' uids {uids}: want 0 and {user}"
     base = f"http://127.0.0.1:{port}"
 
     fetch = fetch_curl if client == "curl" else fetch_python
@@ -134,7 +150,7 @@ def run_nginx(runner, servers, tmp_path, sendfile, client):
 
     wrk_requests = 0
     sampler = None
-    if client == "python":
+    if with_wrk if with_wrk is not None else client == "python":
         # wrk: 2 threads, 8 connections, 2 s
         res, sampler = run_sampled([wrk, "-t", "2", "-c", "8", "-d", "2s", f"{base}/index.html"],
                                    runner, timeout=60)
@@ -189,6 +205,11 @@ def run_nginx(runner, servers, tmp_path, sendfile, client):
     assert not [ln for ln in access if '" 200 ' not in ln and "/missing" not in ln], \
         f"[{runner}] unexpected statuses in access.log"
     return got
+
+
+def _uid(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(ln.split()[2]) for ln in f if ln.startswith("Uid:"))
 
 
 SENDFILE = pytest.mark.parametrize("sendfile", ["on", "off"], ids=["sendfile-on", "sendfile-off"])
@@ -252,3 +273,26 @@ def _hangs(cmd, env) -> bool:
         os.killpg(p.pid, 9)
         p.wait()
         return True
+
+
+@SENDFILE
+def test_nginx_www_data(sendfile, runners, servers, tmp_path, curl_under_vsocket_problem):
+    """`user www-data;`: the master runs as root, its workers as www-data,
+    curl and wrk (keep-alive, 8 connections) as root, all under vsocket:
+    the same responses (status, length, sha256) as without vsocket, and the
+    workers' accepted connections on shm (same checks as test_nginx_curl,
+    plus wrk). Skipped unless root and www-data exists."""
+    if os.geteuid() != 0:
+        pytest.skip("not root: nginx cannot switch its workers to www-data")
+    try:
+        pwd.getpwnam("www-data")
+    except KeyError:
+        pytest.skip("no user www-data")
+    results = {}
+    for r in runners:
+        if r.preloaded and curl_under_vsocket_problem:
+            pytest.xfail(curl_under_vsocket_problem)
+        results[r.name] = run_nginx(r, servers, tmp_path, sendfile, "curl", user="www-data",
+                                    with_wrk=True)
+    finish_comparison(results)
+    assert results["plain"] == results["vsocket"]

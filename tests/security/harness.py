@@ -60,32 +60,40 @@ def known_bug(msg: str):
 
 
 @functools.lru_cache(maxsize=None)
-def other_user() -> tuple[Optional[list[str]], Optional[str], str]:
-    """(argv prefix that runs a program as user nobody, a python it can run,
-    why not). Needs root and setpriv or runuser."""
+def other_user(user: str = "nobody") -> tuple[Optional[list[str]], Optional[str], str]:
+    """(argv prefix that runs a program as USER, a python it can run, why
+    not). Needs root and setpriv or runuser. The python must run as USER
+    both plainly (attacker.py) and under `vsocket run` (which needs the
+    build directory readable by USER), with the modules the progs import."""
     if os.geteuid() != 0:
         return None, None, "not root: cannot run a process under another uid"
     try:
-        pw = pwd.getpwnam("nobody")
+        pw = pwd.getpwnam(user)
     except KeyError:
-        return None, None, "no user 'nobody'"
+        return None, None, f"no user {user!r}"
     if shutil.which("setpriv"):
         prefix = ["setpriv", f"--reuid={pw.pw_uid}", f"--regid={pw.pw_gid}", "--clear-groups"]
     elif shutil.which("runuser"):
-        prefix = ["runuser", "-u", "nobody", "--"]
+        prefix = ["runuser", "-u", user, "--"]
     else:
         return None, None, "neither setpriv nor runuser"
+    why = f"no python that user {user} may run"
     for py in (sys.executable, os.path.realpath(sys.executable), "/usr/bin/python3",
                shutil.which("python3") or ""):
         if not py:
             continue
-        # Both ways it is used: plain (attacker.py) and under `vsocket run`.
-        ok = all(subprocess.run(prefix + pre + [py, "-c", "import socket, mmap, fcntl"],
-                                cwd="/", capture_output=True, timeout=30).returncode == 0
-                 for pre in ([], [str(VSOCKET), "run", "--"]))
-        if ok:
+        code = ["-c", "import socket, mmap, fcntl, ctypes, hashlib, select, threading; "
+                      f"open({str(PROGS / 'server.py')!r}).close()"]
+        if subprocess.run(prefix + [py] + code, cwd="/", capture_output=True,
+                          timeout=30).returncode != 0:
+            continue
+        r = subprocess.run(prefix + [str(VSOCKET), "run", "--", py] + code, cwd="/",
+                           capture_output=True, text=True, timeout=30)
+        if r.returncode == 0:
             return prefix, py, ""
-    return None, None, "no python that user nobody may run"
+        why = (f"user {user} may run {py} but not under {VSOCKET} run (is the build "
+               f"directory readable by {user}?): {r.stderr.strip()[-300:]}")
+    return None, None, why
 
 
 def nobody_uid() -> int:
@@ -182,29 +190,43 @@ class Pair:
     not accepting until accept() is called."""
 
     def __init__(self, *, as_nobody: bool = False, size: int = 4 << 20,
-                 mode: str = "pingpong", timeout: float = 30.0):
+                 mode: str = "pingpong", timeout: float = 30.0,
+                 server_nobody: Optional[bool] = None, client_nobody: Optional[bool] = None,
+                 server_env: Optional[dict] = None, client_env: Optional[dict] = None):
+        """AS_NOBODY runs both ends as user nobody; SERVER_NOBODY and
+        CLIENT_NOBODY choose per end. SERVER_ENV and CLIENT_ENV add to one
+        end's environment."""
         self.deadline = time.monotonic() + timeout
         self.procs: dict[str, Proc] = {}
-        prefix, py = [], sys.executable
-        if as_nobody:
-            prefix, py, why = other_user()
-            if prefix is None:
-                pytest.skip(why)
+        server_nobody = as_nobody if server_nobody is None else server_nobody
+        client_nobody = as_nobody if client_nobody is None else client_nobody
+        self.runs = {}
+        for role, nobody in (("server", server_nobody), ("client", client_nobody)):
+            prefix, py = [], sys.executable
+            if nobody:
+                prefix, py, why = other_user()
+                if prefix is None:
+                    pytest.skip(why)
+            self.runs[role] = ([*prefix, str(VSOCKET), "run", "--"], py)
         # The set-up starts at connect and accept (not once the connection
         # has lived a while): the attacks race the real peer for it.
         self.env = dict(os.environ, VSOCKET_LOG_LEVEL="info", VSOCKET_UPGRADE_AFTER_US="0")
-        self.run, self.py, self.size, self.mode = [*prefix, str(VSOCKET), "run", "--"], py, size, mode
+        self.envs = {"server": dict(self.env, **(server_env or {})),
+                     "client": dict(self.env, **(client_env or {}))}
+        self.size, self.mode = size, mode
+        self.run, self.py = self.runs["server"]
         self.server = self.procs["server"] = Proc(
-            "server", [*self.run, py, str(PROGS / "server.py")], self.env)
+            "server", [*self.run, self.py, str(PROGS / "server.py")], self.envs["server"])
         ev = self.expect("server", "listening")
         self.server_pid, self.port = ev["pid"], ev["port"]
 
     def connect(self, src_port: int = 0) -> dict:
         """Starts the client; returns once it is connected (the server has
         not accepted: the client now serves its rendezvous)."""
+        run, py = self.runs["client"]
         self.client = self.procs["client"] = Proc(
-            "client", [*self.run, self.py, str(PROGS / "client.py"), str(self.port),
-                       str(src_port), str(self.size), self.mode], self.env)
+            "client", [*run, py, str(PROGS / "client.py"), str(self.port),
+                       str(src_port), str(self.size), self.mode], self.envs["client"])
         self.connected = self.expect("client", "connected")
         self.t_connected = time.monotonic()
         self.client_pid, self.client_fd = self.connected["pid"], self.connected["fd"]
@@ -265,6 +287,13 @@ class Pair:
             self.fail(f"the echo came back different: {ev}")
         self.expect("server", "echoed")
         return ev
+
+    def poke(self):
+        """Both ends make one non-blocking call: a set-up past its due time
+        ends now, with its reason (progs/client.py poke())."""
+        for role in ("client", "server"):
+            self.procs[role].send("poke")
+            self.expect(role, "poked")
 
     def stats(self) -> tuple[Optional[dict], Optional[dict]]:
         return (settled_stat(self.client_pid, self.client_fd),

@@ -10,7 +10,7 @@ sends an 8-byte length and SIZE random bytes and reads them back: MODE
 "pingpong" (default) one thread, 64 KiB out then its echo back; MODE "duplex"
 a sender thread while the main thread reads the echo (test_bugs.py). Prints
 {"ev": "echo", "ok": ...} with both sha256s and waits for "exit" on stdin
-before it closes.
+before it closes ("poke" on stdin meanwhile: poke()).
 """
 
 import hashlib
@@ -42,6 +42,16 @@ def recv_exact(s, n, h=None):
         else:
             h.update(b)
     return bytes(out) if out is not None else None
+
+
+def poke(s):
+    """One non-blocking recv: a set-up past its due time ends now, with its
+    reason (vsocket moves only when the program calls)."""
+    try:
+        got = s.recv(1, socket.MSG_DONTWAIT | socket.MSG_PEEK)
+    except BlockingIOError:
+        got = None
+    emit(ev="poked", got=None if got is None else len(got))
 
 
 def main():
@@ -95,6 +105,8 @@ def main():
     for line in sys.stdin:
         if line.strip() == "exit":
             break
+        if line.strip() == "poke":
+            poke(s)
     s.close()
     emit(ev="bye")
 

@@ -5,7 +5,8 @@ only when its stdin says "accept" (the test first attacks the client's
 rendezvous while the server has not accepted yet), and greets only when it
 says "greet" (meanwhile the client sits in recv()). Then: sends b"G", reads an
 8-byte little-endian length N and echoes N bytes back, prints
-{"ev": "echoed"}, and waits for "exit" on stdin before it closes.
+{"ev": "echoed"}, and waits for "exit" on stdin before it closes ("poke"
+meanwhile: one non-blocking recv, as client.py's).
 Every event is one JSON line on stdout.
 """
 
@@ -58,7 +59,15 @@ def main():
         c.sendall(b)
         left -= len(b)
     emit(ev="echoed", n=n)
-    wait_for("exit")
+    for line in sys.stdin:
+        if line.strip() == "exit":
+            break
+        if line.strip() == "poke":  # as client.py's poke()
+            try:
+                got = len(c.recv(1, socket.MSG_DONTWAIT | socket.MSG_PEEK))
+            except BlockingIOError:
+                got = None
+            emit(ev="poked", got=got)
     c.close()
     ls.close()
     emit(ev="bye")
