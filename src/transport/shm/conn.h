@@ -39,6 +39,9 @@ struct vs_shm_conn {
     _Atomic uint32_t gen;
     bool accepter;
     const char *fail_reason; /* (ctl) a static string */
+    /* Connector: why the last caller was turned away (a user the policy
+     * refuses, its DECLINE): the reason if no caller ever gets through. */
+    const char *refusal; /* (ctl) */
     int chan;                /* side channel, -1 until open (ctl) */
     int rendezvous;          /* connector's listening socket, -1 when closed (ctl) */
     /* The numbers chan and rendezvous were last opened under, kept when

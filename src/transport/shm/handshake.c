@@ -403,7 +403,8 @@ static bool peer_called_since_deadline(struct vs_shm_conn *c, int fd)
 static void no_answer(struct vs_shm_conn *c)
 {
     bool open = vs_shm_diag_inode(&c->peer, &c->local) != 0;
-    vs_shm_conn_fail(c, open ? VS_REASON_PEER_NOT_VSOCKET : VS_REASON_PEER_CLOSED);
+    const char *why = c->refusal ? c->refusal : VS_REASON_PEER_NOT_VSOCKET;
+    vs_shm_conn_fail(c, open ? why : VS_REASON_PEER_CLOSED);
 }
 
 /* Whoever listens on the rendezvous may be a squatter that bound the name
@@ -476,6 +477,7 @@ static int take_caller(struct vs_shm_conn *c)
             return 1;
         }
         vs_info("shm: refused a rendezvous caller of a user VSOCKET_SHM_PEERS does not allow");
+        c->refusal = VS_REASON_PEER_CREDENTIALS;
         syscall(SYS_close, chan);
     }
 }
@@ -499,11 +501,22 @@ static void connector_reject(struct vs_shm_conn *c, const char *why)
     atomic_store(&c->hs, VS_HS_LISTEN);
 }
 
+static const char *declined(const struct vs_shm_msg *m)
+{
+    if (m->type != VS_MSG_DECLINE)
+        return VS_REASON_HANDSHAKE_MALFORMED;
+    return m->arg == VS_DECLINE_LEAVING ? VS_REASON_PEER_LEFT : VS_REASON_DECLINED_BY_PEER;
+}
+
 static void connector_hello(struct vs_shm_conn *c, int fd, const struct vs_shm_msg *m, int *fds,
                             int nfds)
 {
     if (m->type != VS_MSG_HELLO || nfds > 1) {
         close_fds(fds, nfds);
+        /* Unverified, so not the end of the set-up (anybody may call):
+         * only the reason if nobody else does. */
+        if (m->type == VS_MSG_DECLINE)
+            c->refusal = declined(m);
         return connector_reject(c, "not a HELLO");
     }
     const char *why;
@@ -524,12 +537,6 @@ static void connector_hello(struct vs_shm_conn *c, int fd, const struct vs_shm_m
     atomic_store(&c->hs, VS_HS_WAIT_READY);
 }
 
-static const char *declined(const struct vs_shm_msg *m)
-{
-    if (m->type != VS_MSG_DECLINE)
-        return VS_REASON_HANDSHAKE_MALFORMED;
-    return m->arg == VS_DECLINE_LEAVING ? VS_REASON_PEER_LEFT : VS_REASON_DECLINED_BY_PEER;
-}
 
 static void connector_ready(struct vs_shm_conn *c, const struct vs_shm_msg *m, int *fds, int nfds)
 {
