@@ -288,12 +288,18 @@ class Pair:
         self.expect("server", "echoed")
         return ev
 
-    def poke(self):
-        """Both ends make one non-blocking call: a set-up past its due time
-        ends now, with its reason (progs/client.py poke())."""
-        for role in ("client", "server"):
-            self.procs[role].send("poke")
-            self.expect(role, "poked")
+    def poke(self, rounds: int = 3):
+        """Both ends call and send a byte, a few times 10 ms apart, as a
+        program using its connection would: a set-up past its due time ends
+        then, with its reason (progs/client.py poke()). The stream is left
+        as it was: every byte sent is read back."""
+        for _ in range(rounds):
+            for role in ("client", "server"):
+                self.procs[role].send("poke")
+                self.expect(role, "poked")
+            time.sleep(0.01)
+        self.procs["client"].send("drain")
+        self.expect("client", "poked")
 
     def stats(self) -> tuple[Optional[dict], Optional[dict]]:
         return (settled_stat(self.client_pid, self.client_fd),

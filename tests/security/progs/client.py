@@ -44,14 +44,19 @@ def recv_exact(s, n, h=None):
     return bytes(out) if out is not None else None
 
 
-def poke(s):
-    """One non-blocking recv: a set-up past its due time ends now, with its
-    reason (vsocket moves only when the program calls)."""
+def poke(s, send=True):
+    """Takes the server's answers to earlier pokes ("q"), then (SEND) says
+    "p": calls and bytes, which a set-up past its due time needs to settle
+    (vsocket moves only when the program calls, and gives up on a peer only
+    once it has seen that peer call)."""
+    got = 0
     try:
-        got = s.recv(1, socket.MSG_DONTWAIT | socket.MSG_PEEK)
+        got = len(s.recv(64, socket.MSG_DONTWAIT))
     except BlockingIOError:
-        got = None
-    emit(ev="poked", got=None if got is None else len(got))
+        pass
+    if send:
+        s.sendall(b"p")
+    emit(ev="poked", got=got)
 
 
 def main():
@@ -105,8 +110,8 @@ def main():
     for line in sys.stdin:
         if line.strip() == "exit":
             break
-        if line.strip() == "poke":
-            poke(s)
+        if line.strip() in ("poke", "drain"):
+            poke(s, send=line.strip() == "poke")
     s.close()
     emit(ev="bye")
 

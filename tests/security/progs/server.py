@@ -62,11 +62,13 @@ def main():
     for line in sys.stdin:
         if line.strip() == "exit":
             break
-        if line.strip() == "poke":  # as client.py's poke()
+        if line.strip() == "poke":  # answers client.py's poke(): "q" per "p"
             try:
-                got = len(c.recv(1, socket.MSG_DONTWAIT | socket.MSG_PEEK))
+                got = len(c.recv(64, socket.MSG_DONTWAIT))
             except BlockingIOError:
-                got = None
+                got = 0
+            if got:
+                c.sendall(b"q" * got)
             emit(ev="poked", got=got)
     c.close()
     ls.close()
