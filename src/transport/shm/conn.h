@@ -48,6 +48,7 @@ struct vs_shm_conn {
      * they go to -1: another holder (fork) closes its own copies at release. */
     int chan_no, rendezvous_no;
     long born_ns;            /* connect or accept */
+    _Atomic unsigned young_calls; /* calls on the socket while VS_HS_YOUNG */
     long deadline_ns;        /* give up the handshake after this (ctl) */
     long next_try_ns;        /* accepter: the next call on the rendezvous (ctl) */
     long next_check_ns;      /* the next look for a peer without vsocket (ctl) */

@@ -700,6 +700,9 @@ static bool not_ours_here(struct vs_shm_conn *c)
            (c->rendezvous >= 0 && vs_shm_fd(c, c->rendezvous) < 0);
 }
 
+/* See lives(). */
+#define VS_UPGRADE_MIN_CALLS 8
+
 /* Whether the connection has shown it will live (VSOCKET_UPGRADE_AFTER_*):
  * one that ends after a request or two costs less on the kernel than any
  * set-up. Never once TCP has ended in both directions (one still open may
@@ -710,8 +713,14 @@ static bool lives(struct vs_shm_conn *c)
         return false;
     uint64_t moved = __atomic_load_n(&c->st.tcp_tx, __ATOMIC_RELAXED) +
                      __atomic_load_n(&c->st.tcp_rx, __ATOMIC_RELAXED);
-    return moved >= vs_config.upgrade_after_bytes ||
-           vs_now_ns() - c->born_ns >= (long)vs_config.upgrade_after_us * 1000;
+    if (moved >= vs_config.upgrade_after_bytes)
+        return true;
+    /* Age alone is not life: on a loaded machine a one-request connection
+     * waits in queues for milliseconds. A few more calls than one request
+     * takes (send, receive, end of stream) say it carries several. */
+    return vs_now_ns() - c->born_ns >= (long)vs_config.upgrade_after_us * 1000 &&
+           (vs_config.upgrade_after_us == 0 ||
+            atomic_load_explicit(&c->young_calls, memory_order_relaxed) >= VS_UPGRADE_MIN_CALLS);
 }
 
 /* The set-up starts: the connector opens its rendezvous, the accepter

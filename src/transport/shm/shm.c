@@ -114,6 +114,8 @@ void vs_shm_sync(struct vs_sock *s, int fd)
         return;
     }
     if (hs != VS_HS_DONE && hs != VS_HS_FAILED) {
+        if (hs == VS_HS_YOUNG)
+            atomic_fetch_add_explicit(&c->young_calls, 1, memory_order_relaxed);
         vs_shm_progress(c, fd);
         hs = atomic_load_explicit(&c->hs, memory_order_acquire);
     }
