@@ -130,9 +130,10 @@ struct duplex {
 /* Two rings, each mapped by both ends; the child keeps its ends after fork. */
 static void duplex_open(struct duplex *d, uint64_t cap)
 {
-    if (vs_ring_create(&d->a_tx, cap, VS_RING_PRODUCER) ||
+    struct vs_ring_size size = vs_ring_size_for(cap, cap, 0);
+    if (vs_ring_create(&d->a_tx, size, VS_RING_PRODUCER) ||
         vs_ring_attach(&d->b_rx, dup(d->a_tx.fd), VS_RING_CONSUMER) ||
-        vs_ring_create(&d->b_tx, cap, VS_RING_PRODUCER) ||
+        vs_ring_create(&d->b_tx, size, VS_RING_PRODUCER) ||
         vs_ring_attach(&d->a_rx, dup(d->b_tx.fd), VS_RING_CONSUMER))
         die("ring");
 }
@@ -149,7 +150,7 @@ static void ring_send(struct vs_ring *r, const char *p, size_t n, const struct v
 {
     while (n) {
         struct iovec iov = {(void *)p, n};
-        ssize_t k = vs_ring_write(r, &iov, 1);
+        ssize_t k = vs_ring_write(r, &iov, 1, 0);
         if (k == -EAGAIN) {
             vs_ring_wait(r, w);
             continue;

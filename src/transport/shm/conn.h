@@ -79,7 +79,8 @@ void vs_shm_conn_fail(struct vs_shm_conn *c, const char *reason); /* (ctl) */
 int vs_shm_own_fd(struct vs_shm_conn *c, int fd);
 /* Closes *FD unless the program took the number, and sets it to -1. */
 void vs_shm_close_own(struct vs_shm_conn *c, int *fd);
-uint64_t vs_shm_ring_capacity(int fd);
+/* sizing.c: the geometry of the receive ring of the connection on FD. */
+struct vs_ring_size vs_shm_ring_capacity(int fd);
 
 /* handshake.c: advance the handshake without blocking (takes ctl_lock if
  * free); reads and acts on every message waiting on the side channel. */
