@@ -51,6 +51,14 @@ static void list_del(struct vs_shm_conn *c)
     pthread_mutex_unlock(&conns_lock);
 }
 
+void vs_shm_conn_each(void (*fn)(struct vs_shm_conn *c, void *arg), void *arg)
+{
+    pthread_mutex_lock(&conns_lock);
+    for (struct vs_shm_conn *c = conns; c; c = c->next)
+        fn(c, arg);
+    pthread_mutex_unlock(&conns_lock);
+}
+
 struct vs_shm_conn *vs_shm_conn_new(bool accepter, int fd, const struct sockaddr *peer,
                                     socklen_t len)
 {

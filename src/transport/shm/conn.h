@@ -73,6 +73,10 @@ struct vs_shm_conn {
 struct vs_shm_conn *vs_shm_conn_new(bool accepter, int fd, const struct sockaddr *peer,
                                     socklen_t len);
 void vs_shm_conn_free(struct vs_shm_conn *c); /* one never attached to a socket */
+/* Calls FN on every connection this process holds, under the list's lock
+ * (FN must not block, nor create or release a connection); while it runs,
+ * none of them can be released. */
+void vs_shm_conn_each(void (*fn)(struct vs_shm_conn *c, void *arg), void *arg);
 void vs_shm_conn_fail(struct vs_shm_conn *c, const char *reason); /* (ctl) */
 /* FD, just opened for C, becomes one of vsocket's own (core/ownfd.h): the
  * number to use from now on. */

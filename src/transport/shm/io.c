@@ -24,6 +24,7 @@
 #include "transport/shm/conn.h"
 #include "memory/cpu.h"
 #include "transport/shm/proto.h"
+#include "transport/shm/reclaim.h"
 #include "transport/shm/shm.h"
 #include "transport/shm/shm_internal.h"
 #include "transport/shm/sizing.h"
@@ -147,6 +148,8 @@ static int sleep_on(struct vs_shm_conn *c, int fd, struct vs_ring *ring, short t
         vs_ring_arm(ring, -1);
     if (n < 0)
         return err == EINTR ? -EINTR : 0;
+    if (n == 0)
+        vs_shm_idle(c); /* a quiet slice: memory may go back */
     if (n == 0 && tsp && !nap)
         return -ETIMEDOUT;
     if (p[0].revents)
