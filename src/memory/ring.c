@@ -136,6 +136,10 @@ static int map_ring(struct vs_ring *r, int fd, size_t size, enum vs_ring_role ro
         munmap(p, size + GUARD_SIZE);
         return -err;
     }
+    /* Small pages only, whatever the system's shmem huge page policy: an
+     * idle ring must hold just the pages it touched, and a hole punched in
+     * a huge page would split it or keep it. */
+    madvise(p, size, MADV_NOHUGEPAGE);
     r->sh = p;
     r->data = (unsigned char *)p + HEADER_SIZE;
     r->map_size = size;
