@@ -538,6 +538,35 @@ static int64_t consumer_avail(struct vs_ring *r)
     return avail > r->capacity ? -EPROTO : (int64_t)avail;
 }
 
+/* The common case: no epoch after ours, so the AVAIL unread bytes are all
+ * in its region (unless the peer lies: then -EPROTO). */
+static ssize_t read_in_epoch(struct vs_ring *r, uint64_t avail, const struct iovec *iov, int iovcnt)
+{
+    if (avail > r->ep.size)
+        return -EPROTO;
+    size_t done = 0;
+    for (int i = 0; i < iovcnt && done < avail; i++) {
+        size_t n = min_size(iov[i].iov_len, (size_t)avail - done);
+        if (n)
+            copy_out(r, &r->ep, r->pos + done, iov[i].iov_base, n);
+        done += n;
+    }
+    return (ssize_t)done;
+}
+
+/* Across epochs; our place in them moves on unless we only peek. */
+static ssize_t read_epochs(struct vs_ring *r, uint64_t avail, uint64_t epochs,
+                           const struct iovec *iov, int iovcnt, int flags)
+{
+    struct cursor cu = {r->ep, r->next};
+    ssize_t n = ring_to_iov(r, &cu, r->pos, r->pos + avail, epochs, iov, iovcnt);
+    if (n > 0 && !(flags & VS_RING_PEEK)) {
+        r->ep = cu.ep;
+        r->next = cu.next;
+    }
+    return n;
+}
+
 ssize_t vs_ring_read(struct vs_ring *r, const struct iovec *iov, int iovcnt, int flags)
 {
     struct vs_ring_shared *sh = r->sh;
@@ -549,12 +578,11 @@ ssize_t vs_ring_read(struct vs_ring *r, const struct iovec *iov, int iovcnt, int
         return avail < 0 ? avail : closed ? 0 : -EAGAIN;
     /* After the head: every epoch below it is published. */
     uint64_t epochs = atomic_load_explicit(&sh->epochs, memory_order_acquire);
-    struct cursor cu = {r->ep, r->next};
-    ssize_t n = ring_to_iov(r, &cu, r->pos, r->pos + (uint64_t)avail, epochs, iov, iovcnt);
+    ssize_t n = epochs == r->ep.seq + 1
+                    ? read_in_epoch(r, (uint64_t)avail, iov, iovcnt)
+                    : read_epochs(r, (uint64_t)avail, epochs, iov, iovcnt, flags);
     if (n <= 0 || (flags & VS_RING_PEEK))
         return n;
-    r->ep = cu.ep;
-    r->next = cu.next;
     /* Release: our copy is done before the producer may reuse the space. */
     r->pos += (uint64_t)n;
     atomic_store_explicit(&sh->tail, r->pos, memory_order_release);
