@@ -7,9 +7,10 @@
  * possible round trip through shared memory) and single-core memcpy
  * bandwidth (a ring moves every byte with one copy in and one copy out).
  * Ring: 64 B ping-pong between two processes, spinning without bound, with
- * the default spin budget, and sleeping at once; streaming in 64 KiB chunks. Kernel: the same over
- * loopback TCP. Both sides of every two-party test are pinned to different CPUs when the machine
- * has two. */
+ * the default spin budget, and sleeping at once; streaming in 64 KiB chunks
+ * through a 1 MiB ring, and through one that grows from there. Kernel: the
+ * same over loopback TCP. Both sides of every two-party test are pinned to
+ * different CPUs when the machine has two. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -127,12 +128,14 @@ struct duplex {
     struct vs_ring b_tx, b_rx; /* the child's ends */
 };
 
-/* Two rings, each mapped by both ends; the child keeps its ends after fork. */
-static void duplex_open(struct duplex *d, uint64_t cap)
+/* Two rings, each mapped by both ends; the child keeps its ends after fork.
+ * They start at CAP bytes and may grow to hold MOST. */
+static void duplex_open(struct duplex *d, uint64_t cap, uint64_t most)
 {
-    if (vs_ring_create(&d->a_tx, cap, VS_RING_PRODUCER) ||
+    struct vs_ring_size size = vs_ring_size_for(cap, most, 0);
+    if (vs_ring_create(&d->a_tx, size, VS_RING_PRODUCER) ||
         vs_ring_attach(&d->b_rx, dup(d->a_tx.fd), VS_RING_CONSUMER) ||
-        vs_ring_create(&d->b_tx, cap, VS_RING_PRODUCER) ||
+        vs_ring_create(&d->b_tx, size, VS_RING_PRODUCER) ||
         vs_ring_attach(&d->a_rx, dup(d->b_tx.fd), VS_RING_CONSUMER))
         die("ring");
 }
@@ -149,7 +152,7 @@ static void ring_send(struct vs_ring *r, const char *p, size_t n, const struct v
 {
     while (n) {
         struct iovec iov = {(void *)p, n};
-        ssize_t k = vs_ring_write(r, &iov, 1);
+        ssize_t k = vs_ring_write(r, &iov, 1, 0);
         if (k == -EAGAIN) {
             vs_ring_wait(r, w);
             continue;
@@ -189,7 +192,7 @@ static double ring_pingpong(long spin_ns, long iters)
     struct duplex d;
     struct vs_wait_opts w = {.spin_ns = spin_ns, .timeout_ns = -1, .watch_fd = -1};
     char msg[MSG] = {0};
-    duplex_open(&d, 4096);
+    duplex_open(&d, 4096, 4096);
     pid_t pid = fork();
     if (pid == 0) {
         pin(1);
@@ -211,14 +214,16 @@ static double ring_pingpong(long spin_ns, long iters)
     return dt / iters / 1e3;
 }
 
-/* GB/s streaming 64 KiB chunks from a child to the parent for STREAM_NS. */
-static double ring_stream(void)
+/* GB/s streaming 64 KiB chunks from a child to the parent for STREAM_NS,
+ * through a ring of RING_CAP bytes that may grow to hold MOST (the writer
+ * grows it whenever it finds it full). */
+static double ring_stream(uint64_t most)
 {
     struct duplex d;
     struct vs_wait_opts w = {.spin_ns = VS_WAIT_SPIN_NS_DEFAULT, .timeout_ns = -1, .watch_fd = -1};
     char *buf = malloc(CHUNK);
     memset(buf, 3, CHUNK);
-    duplex_open(&d, RING_CAP);
+    duplex_open(&d, RING_CAP, most);
     pid_t pid = fork();
     if (pid == 0) {
         pin(1);
@@ -337,6 +342,7 @@ enum {
     R_DEFAULT,
     R_SLEEP,
     R_STREAM,
+    R_GROW,
     T_PP,
     T_STREAM,
     CPY_ALIASED,
@@ -350,6 +356,7 @@ static const char *const names[N_FIG] = {"floor: cache-line round trip, ns",
                                          "ring 64 B ping-pong, default spin, us",
                                          "ring 64 B ping-pong, sleeping, us",
                                          "ring stream 64 KiB chunks, GB/s",
+                                         "ring stream, growing to 16 MiB, GB/s",
                                          "tcp 64 B ping-pong, us",
                                          "tcp stream 64 KiB chunks, GB/s",
                                          "memcpy 64 KiB, dst 16 B off, GB/s",
@@ -382,7 +389,8 @@ int main(int argc, char **argv)
         fig[R_SPIN][i] = ring_pingpong(1000000000L, 200000);
         fig[R_DEFAULT][i] = ring_pingpong(VS_WAIT_SPIN_NS_DEFAULT, 100000);
         fig[R_SLEEP][i] = ring_pingpong(0, 20000);
-        fig[R_STREAM][i] = ring_stream();
+        fig[R_STREAM][i] = ring_stream(RING_CAP);
+        fig[R_GROW][i] = ring_stream(16 << 20);
         fig[T_PP][i] = tcp_pingpong(20000);
         fig[T_STREAM][i] = tcp_stream();
         fprintf(stderr, "repeat %d/%d done\n", i + 1, n);

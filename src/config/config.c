@@ -288,9 +288,9 @@ static void load_shm(struct vs_config *c)
     load_uint("VSOCKET_POLL_US", 0, VS_POLL_US_MAX, &c->poll_us);
     load_uint("VSOCKET_SHM_RING_MIN", VS_SHM_RING_LIMIT_MIN, VS_SHM_RING_LIMIT_MAX,
               &c->shm_ring_min);
-    load_uint("VSOCKET_SHM_RING_MAX", VS_SHM_RING_LIMIT_MIN, VS_SHM_RING_LIMIT_MAX,
-              &c->shm_ring_max);
-    if (c->shm_ring_max < c->shm_ring_min) {
+    read_uint("VSOCKET_SHM_RING_MAX", VS_SHM_RING_LIMIT_MIN, VS_SHM_RING_MAX_LIMIT,
+              &c->shm_ring_max, "what the kernel would buffer");
+    if (c->shm_ring_max && c->shm_ring_max < c->shm_ring_min) {
         vs_warn("VSOCKET_SHM_RING_MAX (%lu) is below VSOCKET_SHM_RING_MIN (%lu): using %lu for "
                 "both.",
                 c->shm_ring_max, c->shm_ring_min, c->shm_ring_min);

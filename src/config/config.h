@@ -20,11 +20,15 @@
  * (bench/RESULTS.md), a few us on bare metal. */
 #define VS_POLL_US_DEFAULT 50ul
 #define VS_POLL_US_MAX 1000000ul
-/* VSOCKET_SHM_RING_MIN/MAX: bounds of a ring's size, which follows SO_RCVBUF. */
+/* VSOCKET_SHM_RING_MIN: a ring's first and smallest region, where it
+ * starts and goes back to when empty. VSOCKET_SHM_RING_MAX: the most one
+ * direction of a connection may buffer; 0 (the default): what the kernel
+ * would, its largest receive plus send buffer (transport/shm/sizing.c). */
 #define VS_SHM_RING_MIN_DEFAULT (256ul << 10)
-#define VS_SHM_RING_MAX_DEFAULT (4ul << 20)
+#define VS_SHM_RING_MAX_DEFAULT 0ul
 #define VS_SHM_RING_LIMIT_MIN (4ul << 10)
-#define VS_SHM_RING_LIMIT_MAX (64ul << 20)
+#define VS_SHM_RING_LIMIT_MAX (64ul << 20)  /* of MIN (memory/ring.h: VS_RING_MAX_CAPACITY) */
+#define VS_SHM_RING_MAX_LIMIT (256ul << 20) /* of MAX (VS_RING_MAX_MOST) */
 /* VSOCKET_UPGRADE_AFTER_US / _BYTES: a connection starts its upgrade once
  * it has lived this long or moved this much (either). A connection that
  * lives for one request is cheaper on the kernel than any set-up: on the
@@ -51,8 +55,8 @@ struct vs_config {
     bool follow_exec;           /* keep vsocket loaded across execve with a new env */
     unsigned long poll_us;      /* VSOCKET_POLL_US */
     unsigned long shm_ring_min; /* bytes */
-    unsigned long shm_ring_max;
-    long fd_floor; /* VSOCKET_FD_FLOOR; -1: automatic (core/ownfd.h) */
+    unsigned long shm_ring_max; /* bytes; 0: from the kernel's limits */
+    long fd_floor;              /* VSOCKET_FD_FLOOR; -1: automatic (core/ownfd.h) */
     unsigned long upgrade_after_us;
     unsigned long upgrade_after_bytes;
     enum vs_peer_policy peers; /* VSOCKET_SHM_PEERS */

@@ -47,6 +47,7 @@ struct vs_sock *vs_sock_new(int fd, int family, int type, int protocol, const ch
     static _Atomic uint64_t next_serial = 1;
     s->serial = atomic_fetch_add_explicit(&next_serial, 1, memory_order_relaxed);
     atomic_store(&s->in_epoll_plain, false);
+    atomic_store(&s->bufs_set, 0);
     s->conn_shown = -1;
     s->have_addrs = false;
     atomic_store(&s->state, VS_STATE_OPEN);

@@ -12,6 +12,9 @@
 #include "config/stats.h"
 #include "transport/transport.h"
 
+#define VS_SOCK_SNDBUF_SET 1u
+#define VS_SOCK_RCVBUF_SET 2u
+
 struct vs_sock {
     /* One reference per fd that names the socket, one per call in progress. */
     _Atomic unsigned refs;
@@ -40,6 +43,9 @@ struct vs_sock {
      * second look. */
     bool have_addrs;
     struct sockaddr_storage local, peer;
+    /* VS_SOCK_SNDBUF_SET | VS_SOCK_RCVBUF_SET: the program sized those
+     * buffers itself (setsockopt), so the kernel would not autotune them. */
+    _Atomic unsigned bufs_set;
     /* Unique per socket ever created in this process: tells a socket from a
      * later one that reuses this object (readiness keeps fd -> socket
      * records that may outlive the socket). */

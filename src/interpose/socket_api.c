@@ -166,11 +166,31 @@ VS_EXPORT int getsockopt(int fd, int level, int name, void *value, socklen_t *le
     return vs_real.getsockopt(fd, level, name, value, len);
 }
 
+/* The buffer sizes the program chose: the shm transport's rings hold at
+ * least what the kernel would, and the kernel stops autotuning these. */
+static void note_buffer_size(int fd, int name)
+{
+    unsigned bit = name == SO_SNDBUF || name == SO_SNDBUFFORCE   ? VS_SOCK_SNDBUF_SET
+                   : name == SO_RCVBUF || name == SO_RCVBUFFORCE ? VS_SOCK_RCVBUF_SET
+                                                                 : 0;
+    struct vs_sock *s = bit ? vs_fd_peek(fd) : NULL;
+    if (s) {
+        atomic_fetch_or(&s->bufs_set, bit);
+        vs_sock_put(s);
+    }
+}
+
 VS_EXPORT int setsockopt(int fd, int level, int name, const void *value, socklen_t len)
 {
     VS_REAL_READY();
     VS_PASS_IF_SANDBOXED(vs_real.setsockopt(fd, level, name, value, len));
-    return vs_real.setsockopt(fd, level, name, value, len);
+    int r = vs_real.setsockopt(fd, level, name, value, len);
+    if (r == 0 && level == SOL_SOCKET) {
+        int saved = errno;
+        note_buffer_size(fd, name);
+        errno = saved;
+    }
+    return r;
 }
 
 VS_EXPORT int getsockname(int fd, struct sockaddr *addr, socklen_t *len)

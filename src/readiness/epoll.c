@@ -483,6 +483,8 @@ static void sweep(int epfd, long now)
         if (s && cold_level(s, r)) {
             vs_debug("epoll: a cold record had news without a wake-up (fd %d)", r->fd);
             atomic_store(&r->kicked, true);
+        } else if (s && s->ops->idle) {
+            s->ops->idle(s); /* quiet for a while: memory may go back */
         }
         if (s)
             vs_sock_put(s);

@@ -87,6 +87,13 @@ static int translate(struct poll_state *st, struct pollfd *fds)
     return count;
 }
 
+static void idle_all(struct poll_state *st)
+{
+    for (nfds_t i = 0; i < st->n; i++)
+        if (st->sock[i] && st->sock[i]->ops->idle)
+            st->sock[i]->ops->idle(st->sock[i]);
+}
+
 static int poll_translated(struct poll_state *st, struct pollfd *fds, long timeout_ns,
                            const sigset_t *sigmask)
 {
@@ -127,6 +134,8 @@ static int poll_translated(struct poll_state *st, struct pollfd *fds, long timeo
             return -1;
         }
         int count = translate(st, fds);
+        if (n == 0 && nap)
+            idle_all(st); /* a quiet nap: memory may go back */
         if (count > 0 || (left == 0 && !nap) || (deadline >= 0 && vs_now_ns() >= deadline))
             return count;
         /* Only side-channel news (now read) or a stale ring wake-up: wait on. */

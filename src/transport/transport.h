@@ -109,6 +109,10 @@ struct vs_transport_ops {
     bool (*cold_attach)(struct vs_sock *s, void *rec);
     void (*cold_detach)(struct vs_sock *s, void *rec);
     void *(*cold_rec)(struct vs_sock *s);
+    /* The program waits and S was quiet for a while (a nap of poll, epoll's
+     * look at its quiet records): a chance to give memory back. May make
+     * system calls; may be NULL. */
+    void (*idle)(struct vs_sock *s);
 
     /* Leaving for the kernel: the connection's bytes are about to move out
      * of our sight (stdio on the socket, splice). REASON shows at once. */

@@ -29,15 +29,20 @@
 #define RUNNING_ON_VALGRIND 0
 #endif
 
-/* The shared header's layout, version 1, as a peer sees it. */
+/* The shared header's layout, version 2, as a peer sees it. */
 #define OFF_MAGIC 0
 #define OFF_VERSION 4
 #define OFF_CAPACITY 8
 #define OFF_DATA 16
+#define OFF_WINDOW 24
+#define OFF_RCV 32
 #define OFF_HEAD 64
+#define OFF_EPOCHS 80
 #define OFF_TAIL 128
+#define OFF_TABLE 320 /* VS_RING_EPOCHS entries of {seq, start, off, size} */
 #define HDR 4096
 #define MAGIC 0x67727376u
+#define VERSION 2
 
 /* Streams are cut short at this many seconds, whatever their volume. */
 #define STREAM_SECONDS 6
@@ -94,7 +99,7 @@ static int verify(const unsigned char *buf, uint64_t off, size_t len, unsigned c
 static ssize_t write1(struct vs_ring *r, const void *p, size_t n)
 {
     struct iovec iov = {(void *)p, n};
-    return vs_ring_write(r, &iov, 1);
+    return vs_ring_write(r, &iov, 1, 0);
 }
 
 static ssize_t read1(struct vs_ring *r, void *p, size_t n, int flags)
@@ -103,10 +108,16 @@ static ssize_t read1(struct vs_ring *r, void *p, size_t n, int flags)
     return vs_ring_read(r, &iov, 1, flags);
 }
 
-/* A producer and a consumer on one ring, in this process. */
-static int pair(struct vs_ring *p, struct vs_ring *c, uint64_t capacity)
+/* A ring that never grows: one region of CAPACITY bytes. */
+static struct vs_ring_size fixed(uint64_t capacity)
 {
-    if (vs_ring_create(p, capacity, VS_RING_PRODUCER) != 0)
+    return vs_ring_size_for(capacity, capacity, 0);
+}
+
+/* A producer and a consumer on one ring of geometry SIZE, in this process. */
+static int pair_sized(struct vs_ring *p, struct vs_ring *c, struct vs_ring_size size)
+{
+    if (vs_ring_create(p, size, VS_RING_PRODUCER) != 0)
         return -1;
     int fd = dup(p->fd);
     if (vs_ring_attach(c, fd, VS_RING_CONSUMER) != 0) {
@@ -117,19 +128,61 @@ static int pair(struct vs_ring *p, struct vs_ring *c, uint64_t capacity)
     return 0;
 }
 
+static int pair(struct vs_ring *p, struct vs_ring *c, uint64_t capacity)
+{
+    return pair_sized(p, c, fixed(capacity));
+}
+
+static uint64_t peek64(const struct vs_ring *r, size_t off)
+{
+    uint64_t v;
+    memcpy(&v, (const unsigned char *)r->sh + off, 8);
+    return v;
+}
+
 static void test_create(void)
 {
     struct vs_ring r;
-    CHECK_EQ(vs_ring_create(&r, 4096 + 1, VS_RING_PRODUCER), -EINVAL);
-    CHECK_EQ(vs_ring_create(&r, 2048, VS_RING_PRODUCER), -EINVAL);
-    CHECK_EQ(vs_ring_create(&r, 128u << 20, VS_RING_PRODUCER), -EINVAL);
+    CHECK_EQ(vs_ring_create(&r, (struct vs_ring_size){4097, 4097, 0}, VS_RING_PRODUCER), -EINVAL);
+    CHECK_EQ(vs_ring_create(&r, (struct vs_ring_size){4097, 8192, 0}, VS_RING_PRODUCER), -EINVAL);
+    CHECK_EQ(vs_ring_create(&r, (struct vs_ring_size){2048, 2048, 0}, VS_RING_PRODUCER), -EINVAL);
+    CHECK_EQ(vs_ring_create(&r, (struct vs_ring_size){128u << 20, 128u << 20, 0}, VS_RING_PRODUCER),
+             -EINVAL);
+    CHECK_EQ(vs_ring_create(&r, (struct vs_ring_size){8192, 4096, 0}, VS_RING_PRODUCER), -EINVAL);
+    CHECK_EQ(vs_ring_create(&r, (struct vs_ring_size){8192, 1ull << 40, 0}, VS_RING_PRODUCER),
+             -EINVAL);
+    CHECK_EQ(vs_ring_create(&r, (struct vs_ring_size){8192, 8192, 8193}, VS_RING_PRODUCER),
+             -EINVAL);
     CHECK_EQ(vs_ring_capacity_for(0), VS_RING_MIN_CAPACITY);
     CHECK_EQ(vs_ring_capacity_for(5000), 8192);
     CHECK_EQ(vs_ring_capacity_for(1ull << 40), VS_RING_MAX_CAPACITY);
-    CHECK_EQ(vs_ring_create(&r, 4096, VS_RING_PRODUCER), 0);
+    struct vs_ring_size z = vs_ring_size_for(5000, 1ull << 40, 1ull << 41);
+    CHECK_EQ(z.window, 8192);
+    CHECK_EQ(z.most, VS_RING_MAX_MOST);
+    CHECK_EQ(z.rcv, VS_RING_MAX_MOST);
+    CHECK_EQ(vs_ring_create(&r, fixed(4096), VS_RING_PRODUCER), 0);
     CHECK_EQ(fcntl(r.fd, F_GET_SEALS), F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
     CHECK(fcntl(r.fd, F_GETFD) & FD_CLOEXEC);
     CHECK(ftruncate(r.fd, 100) < 0);
+    CHECK_EQ(r.capacity, 4096);
+    vs_ring_destroy(&r);
+    /* A ladder of 4, 8, 16, 32 and 64 KiB: the top region holds 40 KiB. */
+    CHECK_EQ(vs_ring_create(&r, vs_ring_size_for(4096, 40 << 10, 10 << 10), VS_RING_PRODUCER), 0);
+    CHECK_EQ(r.capacity, 124 << 10);
+    CHECK_EQ(r.levels, 5);
+    CHECK_EQ(vs_ring_peer_rcv(&r), 10 << 10);
+    CHECK_EQ(vs_ring_writable(&r), 64 << 10);
+    /* The layout as a peer reads it. */
+    CHECK_EQ(peek64(&r, OFF_CAPACITY), 124 << 10);
+    CHECK_EQ(peek64(&r, OFF_DATA), HDR);
+    CHECK_EQ(peek64(&r, OFF_WINDOW), 4096);
+    CHECK_EQ(peek64(&r, OFF_RCV), 10 << 10);
+    CHECK_EQ(peek64(&r, OFF_EPOCHS), 1);
+    CHECK_EQ(peek64(&r, OFF_TABLE + 24), 4096);
+    vs_ring_set_limit(&r, 1);
+    CHECK_EQ(vs_ring_writable(&r), 4096);
+    vs_ring_set_limit(&r, 1 << 30);
+    CHECK_EQ(vs_ring_writable(&r), 64 << 10);
     vs_ring_destroy(&r);
 }
 
@@ -149,7 +202,7 @@ static void test_wrap_random(void)
         size_t n = rng_next(&seed) % sizeof(in), cut = n ? rng_next(&seed) % n : 0;
         fill(in, sent, n);
         struct iovec wv[2] = {{in, cut}, {in + cut, n - cut}};
-        ssize_t w = vs_ring_write(&p, wv, 2);
+        ssize_t w = vs_ring_write(&p, wv, 2, 0);
         if (w > 0)
             sent += (uint64_t)w;
         bad += vs_ring_readable(&c) != (ssize_t)(sent - got);
@@ -243,6 +296,7 @@ struct stream {
     size_t max_chunk;
     uint64_t seed;
     int errors;
+    int stall_every; /* consumer: sleep 1 ms after every this many reads (0: never) */
 };
 
 static int wait_or_fail(struct stream *s)
@@ -296,26 +350,31 @@ static void *consume(void *arg)
             break;
         }
         if (!verify(buf, s->bytes, (size_t)r, scratch)) {
+            fprintf(stderr, "consume: wrong bytes in [%llu, %llu)\n", (unsigned long long)s->bytes,
+                    (unsigned long long)(s->bytes + (uint64_t)r));
             s->errors++;
             break;
         }
         s->bytes += (uint64_t)r;
+        if (s->stall_every && rng_next(&s->seed) % (uint64_t)s->stall_every == 0)
+            nanosleep(&(struct timespec){0, 1000000L}, NULL);
     }
     free(buf);
     free(scratch);
     return NULL;
 }
 
-static void stream_threads(uint64_t capacity, uint64_t limit, long spin_ns, const char *what)
+static void stream_threads(struct vs_ring_size size, uint64_t limit, long spin_ns, int stall,
+                           const char *what)
 {
     struct vs_ring p, c;
-    if (pair(&p, &c, capacity) != 0) {
+    if (pair_sized(&p, &c, size) != 0) {
         CHECK(0);
         return;
     }
     struct vs_wait_opts w = {.spin_ns = spin_ns, .timeout_ns = 1000000000L, .watch_fd = -1};
-    struct stream tx = {&p, w, limit, 0, 128 << 10, 1, 0};
-    struct stream rx = {&c, w, 0, 0, 128 << 10, 2, 0};
+    struct stream tx = {&p, w, limit, 0, 128 << 10, 1, 0, 0};
+    struct stream rx = {&c, w, 0, 0, 128 << 10, 2, 0, stall};
     double t0 = now_s();
     pthread_t a, b;
     pthread_create(&a, NULL, produce, &tx);
@@ -323,8 +382,11 @@ static void stream_threads(uint64_t capacity, uint64_t limit, long spin_ns, cons
     pthread_join(a, NULL);
     pthread_join(b, NULL);
     double dt = now_s() - t0;
-    printf("threads %s: %llu MiB in %.2f s (%.0f MiB/s), %d errors\n", what,
-           (unsigned long long)(rx.bytes >> 20), dt, (rx.bytes >> 20) / dt, tx.errors + rx.errors);
+    printf("threads %s: %llu MiB in %.2f s (%.0f MiB/s), %llu epochs, %d errors\n", what,
+           (unsigned long long)(rx.bytes >> 20), dt, (rx.bytes >> 20) / dt,
+           (unsigned long long)peek64(&p, OFF_EPOCHS), tx.errors + rx.errors);
+    if (stall)
+        CHECK(peek64(&p, OFF_EPOCHS) > (RUNNING_ON_VALGRIND ? 2u : 10u));
     CHECK_EQ(tx.errors, 0);
     CHECK_EQ(rx.errors, 0);
     CHECK_EQ(rx.bytes, tx.bytes);
@@ -335,9 +397,13 @@ static void stream_threads(uint64_t capacity, uint64_t limit, long spin_ns, cons
 
 static void test_stream_threads(void)
 {
-    stream_threads(256 << 10, stream_bytes(), VS_WAIT_SPIN_NS_DEFAULT, "256 KiB ring");
+    stream_threads(fixed(256 << 10), stream_bytes(), VS_WAIT_SPIN_NS_DEFAULT, 0, "256 KiB ring");
     /* A small ring and no spinning: nearly every wait sleeps. */
-    stream_threads(4096, stream_bytes() / 64, 0, "small ring, sleeping");
+    stream_threads(fixed(4096), stream_bytes() / 64, 0, 0, "small ring, sleeping");
+    /* A reader that stalls now and then: the ring grows while it sleeps and
+     * goes back to its window when it catches up, under the writer's feet. */
+    stream_threads(vs_ring_size_for(4096, 2 << 20, 0), stream_bytes() / 4, VS_WAIT_SPIN_NS_DEFAULT,
+                   20, "growing ring, stalling reader");
 }
 
 static int send_fd(int sock, int fd)
@@ -382,7 +448,8 @@ static int recv_fd(int sock)
 static void child_consumer(int sock)
 {
     struct vs_ring c;
-    struct stream rx = {&c, {VS_WAIT_SPIN_NS_DEFAULT, 1000000000L, -1, 0}, 0, 0, 128 << 10, 3, 0};
+    struct stream rx = {&c, {VS_WAIT_SPIN_NS_DEFAULT, 1000000000L, -1, 0}, 0, 0, 128 << 10, 3, 0,
+                        100};
     int fd = recv_fd(sock);
     if (fd < 0 || vs_ring_attach(&c, fd, VS_RING_CONSUMER) != 0)
         _exit(2);
@@ -403,11 +470,11 @@ static void test_stream_processes(void)
     }
     close(sv[1]);
     struct vs_ring p;
-    CHECK_EQ(vs_ring_create(&p, 1 << 20, VS_RING_PRODUCER), 0);
+    CHECK_EQ(vs_ring_create(&p, vs_ring_size_for(64 << 10, 4 << 20, 0), VS_RING_PRODUCER), 0);
     CHECK_EQ(send_fd(sv[0], p.fd), 0);
     vs_ring_close_fd(&p);
     struct stream tx = {
-        &p, {VS_WAIT_SPIN_NS_DEFAULT, 1000000000L, -1, 0}, stream_bytes(), 0, 128 << 10, 4, 0};
+        &p, {VS_WAIT_SPIN_NS_DEFAULT, 1000000000L, -1, 0}, stream_bytes(), 0, 128 << 10, 4, 0, 0};
     double t0 = now_s();
     produce(&tx);
     uint64_t report[2] = {0, 1};
@@ -415,8 +482,11 @@ static void test_stream_processes(void)
     int status = -1;
     waitpid(pid, &status, 0);
     double dt = now_s() - t0;
-    printf("processes: %llu MiB in %.2f s (%.0f MiB/s)\n", (unsigned long long)(report[0] >> 20),
-           dt, (report[0] >> 20) / dt);
+    printf("processes, growing ring, stalling reader: %llu MiB in %.2f s (%.0f MiB/s), %llu "
+           "epochs\n",
+           (unsigned long long)(report[0] >> 20), dt, (report[0] >> 20) / dt,
+           (unsigned long long)peek64(&p, OFF_EPOCHS));
+    CHECK(peek64(&p, OFF_EPOCHS) > (RUNNING_ON_VALGRIND ? 2u : 10u));
     CHECK_EQ(status, 0);
     CHECK_EQ(tx.errors, 0);
     CHECK_EQ(report[1], 0);
@@ -548,7 +618,8 @@ static void test_wait_watch_fd(void)
 struct forged {
     size_t size;
     uint32_t magic, version;
-    uint64_t capacity, data_offset, head, tail;
+    uint64_t capacity, data_offset, window, head, tail, epochs;
+    uint64_t entry0[4]; /* epoch 0: seq, start, off, size */
     int seals;
 };
 
@@ -560,8 +631,11 @@ static int forge(const struct forged *f)
     memcpy(hdr + OFF_VERSION, &f->version, 4);
     memcpy(hdr + OFF_CAPACITY, &f->capacity, 8);
     memcpy(hdr + OFF_DATA, &f->data_offset, 8);
+    memcpy(hdr + OFF_WINDOW, &f->window, 8);
     memcpy(hdr + OFF_HEAD, &f->head, 8);
     memcpy(hdr + OFF_TAIL, &f->tail, 8);
+    memcpy(hdr + OFF_EPOCHS, &f->epochs, 8);
+    memcpy(hdr + OFF_TABLE, f->entry0, sizeof(f->entry0));
     if (ftruncate(fd, (off_t)f->size) != 0 ||
         pwrite(fd, hdr, f->size < HDR ? f->size : HDR, 0) < 0 ||
         (f->seals && fcntl(fd, F_ADD_SEALS, f->seals) != 0)) {
@@ -573,13 +647,13 @@ static int forge(const struct forged *f)
 
 /* Attach outcome for a forged region; the descriptor is ours to close on
  * failure only. */
-static int attach_forged(const struct forged *f)
+static int attach_forged_as(const struct forged *f, enum vs_ring_role role)
 {
     struct vs_ring r;
     int fd = forge(f);
     if (fd < 0)
         return -999;
-    int rc = vs_ring_attach(&r, fd, VS_RING_CONSUMER);
+    int rc = vs_ring_attach(&r, fd, role);
     if (rc == 0)
         vs_ring_destroy(&r);
     else
@@ -587,12 +661,19 @@ static int attach_forged(const struct forged *f)
     return rc;
 }
 
+static int attach_forged(const struct forged *f)
+{
+    return attach_forged_as(f, VS_RING_CONSUMER);
+}
+
 static void test_attach_refusals(void)
 {
     const int seals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
-    const struct forged good = {HDR + 8192, MAGIC, 1, 8192, HDR, 0, 0, seals};
+    const struct forged good = {HDR + 8192, MAGIC, VERSION,         8192, HDR, 8192, 0,
+                                0,          1,     {0, 0, 0, 8192}, seals};
     struct forged f = good;
     CHECK_EQ(attach_forged(&f), 0);
+    CHECK_EQ(attach_forged_as(&f, VS_RING_PRODUCER), 0);
 
     f = good, f.size = HDR + 4096; /* truncated: capacity larger than the file */
     CHECK_EQ(attach_forged(&f), -EPROTO);
@@ -602,24 +683,40 @@ static void test_attach_refusals(void)
     CHECK_EQ(attach_forged(&f), -EPROTO);
     f = good, f.magic = 0x12345678;
     CHECK_EQ(attach_forged(&f), -EPROTO);
-    f = good, f.version = 2;
+    f = good, f.version = 1;
     CHECK_EQ(attach_forged(&f), -EPROTO);
-    f = good, f.size = HDR + 6000, f.capacity = 6000; /* not a power of two */
+    f = good, f.size = HDR + 8192, f.window = 6000; /* not a power of two */
     CHECK_EQ(attach_forged(&f), -EPROTO);
-    f = good, f.size = HDR + 2048, f.capacity = 2048; /* below the bound */
+    f = good, f.window = 2048; /* below the bound */
     CHECK_EQ(attach_forged(&f), -EPROTO);
+    f = good, f.window = 16384; /* larger than the span */
+    CHECK_EQ(attach_forged(&f), -EPROTO);
+    f = good, f.size = HDR + 6000, f.capacity = 6000; /* not whole pages */
+    CHECK_EQ(attach_forged(&f), -EPROTO);
+    f = good, f.size = HDR + 12288, f.capacity = 12288; /* a window and part of the next region */
+    CHECK_EQ(attach_forged(&f), 0);
     f = good, f.data_offset = 64;
     CHECK_EQ(attach_forged(&f), -EPROTO);
     f = good, f.seals = 0; /* could shrink under our mapping: SIGBUS */
     CHECK_EQ(attach_forged(&f), -EPROTO);
     f = good, f.seals = F_SEAL_GROW | F_SEAL_SEAL;
     CHECK_EQ(attach_forged(&f), -EPROTO);
-    f = good, f.head = 8193; /* more unread than the capacity */
+    f = good, f.head = 8193; /* more unread than the span */
     CHECK_EQ(attach_forged(&f), -EPROTO);
     f = good, f.tail = 1; /* consumer ahead of the producer */
     CHECK_EQ(attach_forged(&f), -EPROTO);
+    f = good, f.epochs = 0;
+    CHECK_EQ(attach_forged(&f), -EPROTO);
+    /* A producer takes over only a ring nobody wrote epochs into. */
+    f = good, f.epochs = 2;
+    CHECK_EQ(attach_forged_as(&f, VS_RING_PRODUCER), -EPROTO);
+    f = good, f.entry0[3] = 4096;
+    CHECK_EQ(attach_forged_as(&f, VS_RING_PRODUCER), -EPROTO);
+    f = good, f.entry0[2] = 4096;
+    CHECK_EQ(attach_forged_as(&f, VS_RING_PRODUCER), -EPROTO);
     f = good, f.head = 1ull << 63, f.tail = (1ull << 63) - 8192; /* far along, still valid */
     CHECK_EQ(attach_forged(&f), 0);
+    CHECK_EQ(attach_forged_as(&f, VS_RING_PRODUCER), 0);
 
     int pfd[2];
     CHECK_EQ(pipe(pfd), 0);
@@ -679,6 +776,357 @@ static void test_wild_cursors(void)
     vs_ring_destroy(&p);
 }
 
+/* --- growth and reclaim -------------------------------------------------- */
+
+/* A writer that never sees its reader read fills the whole ladder, up to
+ * the limit and not a byte more; every byte comes out in order. */
+static void test_grow_fill(void)
+{
+    struct vs_ring p, c;
+    if (pair_sized(&p, &c, vs_ring_size_for(4096, 256 << 10, 0)) != 0) {
+        CHECK(0);
+        return;
+    }
+    enum { LIMIT = 256 << 10 };
+    unsigned char *in = malloc(LIMIT + 1), *out = malloc(LIMIT + 1), *scratch = malloc(LIMIT);
+    fill(in, 0, LIMIT + 1);
+    size_t sent = 0;
+    ssize_t w;
+    int calls = 0;
+    /* Each call fills the current region; the next one grows first. */
+    while ((w = write1(&p, in + sent, 3000)) > 0 && calls++ < 1000)
+        sent += (size_t)w;
+    CHECK_EQ(w, -EAGAIN);
+    CHECK_EQ(sent, LIMIT);
+    CHECK_EQ(vs_ring_writable(&p), 0);
+    CHECK_EQ(vs_ring_room(&p), 0);
+    CHECK_EQ(vs_ring_readable(&c), LIMIT);
+    CHECK_EQ(p.level, 6); /* 4 KiB << 6: the top region */
+    CHECK_EQ(peek64(&p, OFF_EPOCHS), 7);
+    /* Peek and read across the seven epochs. */
+    CHECK_EQ(read1(&c, out, LIMIT + 1, VS_RING_PEEK), LIMIT);
+    CHECK(verify(out, 0, LIMIT, scratch));
+    CHECK_EQ(read1(&c, out, 5000, 0), 5000);
+    CHECK(verify(out, 0, 5000, scratch));
+    CHECK_EQ(read1(&c, out, LIMIT, 0), LIMIT - 5000);
+    CHECK(verify(out, 5000, LIMIT - 5000, scratch));
+    /* Empty: the next write goes back to the window. */
+    CHECK_EQ(write1(&p, in, 10), 10);
+    CHECK_EQ(p.level, 0);
+    CHECK_EQ(read1(&c, out, 100, 0), 10);
+    CHECK(memcmp(out, in, 10) == 0);
+    /* A lower limit stops growth there; NO_GROW asks first. */
+    vs_ring_set_limit(&p, 10000);
+    CHECK_EQ(vs_ring_writable(&p), 10000);
+    sent = 0;
+    struct iovec iov = {in, 4096};
+    CHECK_EQ(vs_ring_write(&p, &iov, 1, VS_RING_NO_GROW), 4096);
+    CHECK_EQ(vs_ring_write(&p, &iov, 1, VS_RING_NO_GROW), -ENOSPC);
+    CHECK_EQ(vs_ring_room(&p), 0);
+    CHECK_EQ(vs_ring_write(&p, &iov, 1, 0), 4096);
+    CHECK_EQ(vs_ring_write(&p, &iov, 1, 0), 10000 - 8192);
+    CHECK_EQ(vs_ring_write(&p, &iov, 1, 0), -EAGAIN);
+    vs_ring_destroy(&c);
+    vs_ring_destroy(&p);
+    free(in);
+    free(out);
+    free(scratch);
+}
+
+/* Random writes and reads, the reader sometimes idle for a while (the ring
+ * grows) and sometimes reading everything (it goes back to the window),
+ * through iovecs of two parts: the stream comes out intact, and readable
+ * and writable agree with what went in and out. */
+static void test_grow_random(void)
+{
+    struct vs_ring p, c;
+    const uint64_t limit = 200 << 10;
+    if (pair_sized(&p, &c, vs_ring_size_for(4096, limit, 0)) != 0) {
+        CHECK(0);
+        return;
+    }
+    vs_ring_set_limit(&p, limit);
+    enum { MAXIO = 70000 };
+    unsigned char *in = malloc(MAXIO), *out = malloc(MAXIO), *scratch = malloc(MAXIO);
+    uint64_t seed = 7, sent = 0, got = 0, epochs_before = peek64(&p, OFF_EPOCHS);
+    int bad = 0, rounds = RUNNING_ON_VALGRIND ? 3000 : 30000, idle = 0;
+    for (int i = 0; i < rounds; i++) {
+        size_t n = rng_next(&seed) % MAXIO, cut = n ? rng_next(&seed) % n : 0;
+        fill(in, sent, n);
+        struct iovec wv[2] = {{in, cut}, {in + cut, n - cut}};
+        ssize_t w = vs_ring_write(&p, wv, 2, 0);
+        bad += w < 0 && w != -EAGAIN;
+        if (w > 0)
+            sent += (uint64_t)w;
+        bad += vs_ring_readable(&c) != (ssize_t)(sent - got);
+        bad += vs_ring_writable(&p) != (ssize_t)(limit - (sent - got));
+        if (idle > 0) {
+            idle--;
+            continue;
+        }
+        if (rng_next(&seed) % 50 == 0)
+            idle = (int)(rng_next(&seed) % 20);
+        size_t m = rng_next(&seed) % 8 == 0 ? MAXIO : rng_next(&seed) % (MAXIO / 2);
+        size_t mcut = m ? rng_next(&seed) % m : 0;
+        struct iovec rv[2] = {{out, mcut}, {out + mcut, m - mcut}};
+        int peek = rng_next(&seed) % 10 == 0 ? VS_RING_PEEK : 0;
+        bool drain = rng_next(&seed) % 8 == 0; /* read all: the ring empties */
+        ssize_t r;
+        do {
+            r = vs_ring_read(&c, rv, 2, peek);
+            bad += r < 0 && r != -EAGAIN;
+            if (r > 0) {
+                bad += !verify(out, got, (size_t)r, scratch);
+                got += peek ? 0 : (uint64_t)r;
+            }
+        } while (drain && !peek && r > 0);
+    }
+    CHECK_EQ(bad, 0);
+    printf("grow random: %llu bytes through %llu epochs\n", (unsigned long long)sent,
+           (unsigned long long)(peek64(&p, OFF_EPOCHS) - epochs_before));
+    CHECK(peek64(&p, OFF_EPOCHS) - epochs_before > 100);
+    vs_ring_destroy(&c);
+    vs_ring_destroy(&p);
+    free(in);
+    free(out);
+    free(scratch);
+}
+
+/* Pages of the data area in memory, of the region [FROM, TO). */
+static long resident(const struct vs_ring *r, uint64_t from, uint64_t to)
+{
+    long page = sysconf(_SC_PAGESIZE), n = 0;
+    size_t len = (size_t)(to - from);
+    unsigned char *vec = malloc(len / (size_t)page + 1);
+    if (mincore(r->data + from, len, vec) != 0) {
+        free(vec);
+        return -1;
+    }
+    for (size_t i = 0; i < len / (size_t)page; i++)
+        n += vec[i] & 1;
+    free(vec);
+    return n;
+}
+
+/* Writes N bytes of the stream at *SENT and reads them back, checked. */
+static int through(struct vs_ring *p, struct vs_ring *c, uint64_t *sent, size_t n)
+{
+    unsigned char *buf = malloc(n), *scratch = malloc(n);
+    fill(buf, *sent, n);
+    int ok = 1;
+    for (size_t done = 0; done < n;) {
+        ssize_t w = write1(p, buf + done, n - done);
+        ok &= w > 0;
+        if (w <= 0)
+            break;
+        done += (size_t)w;
+    }
+    ssize_t r = read1(c, buf, n, 0);
+    ok &= r == (ssize_t)n && verify(buf, *sent, n, scratch);
+    *sent += n;
+    free(buf);
+    free(scratch);
+    return ok;
+}
+
+/* The pages go back once the ring was idle and empty for IDLE; the regions
+ * above the window once it has been back in the window for IDLE, unread
+ * bytes in the window staying intact. Nothing goes before that. */
+static void test_reclaim(void)
+{
+    const long idle = 100000000L, t0 = 1000000000L;
+    struct vs_ring p, c;
+    if (pair_sized(&p, &c, vs_ring_size_for(64 << 10, 4 << 20, 0)) != 0) {
+        CHECK(0);
+        return;
+    }
+    uint64_t sent = 0, window = 64 << 10, span = p.capacity;
+    long wpages = (long)(window / 4096);
+    CHECK_EQ(resident(&p, 0, span), 0);
+    CHECK(through(&p, &c, &sent, 2 << 20));
+    long all = resident(&p, 0, span);
+    CHECK(all >= (2 << 20) / 4096);
+    CHECK(p.warm > 0);
+    /* Empty, but not yet idle long enough. */
+    CHECK(vs_ring_reclaim(&p, t0, idle));
+    CHECK(vs_ring_reclaim(&p, t0 + idle - 1, idle));
+    CHECK_EQ(resident(&p, 0, span), all);
+    CHECK(!vs_ring_reclaim(&p, t0 + idle, idle));
+    CHECK_EQ(resident(&p, 0, span), 0);
+    CHECK_EQ(resident(&c, 0, span), 0);
+    CHECK(!vs_ring_reclaim(&p, t0 + 5 * idle, idle)); /* clean: nothing to do */
+    /* The stream goes on where it was, in the window again. */
+    CHECK(through(&p, &c, &sent, 1000));
+    CHECK_EQ(p.level, 0);
+    CHECK_EQ(resident(&p, 0, span), 1);
+
+    /* A burst, then a little traffic that stays unread in the window. */
+    CHECK(through(&p, &c, &sent, 1 << 20));
+    unsigned char small[3000], out[3000], scratch[3000];
+    fill(small, sent, sizeof(small));
+    CHECK_EQ(write1(&p, small, sizeof(small)), sizeof(small));
+    CHECK_EQ(p.level, 0);
+    long t1 = t0 + 10 * idle;
+    CHECK(vs_ring_reclaim(&p, t1, idle));
+    CHECK(vs_ring_reclaim(&p, t1 + idle, idle));
+    CHECK_EQ(resident(&p, window, span), 0);
+    CHECK(resident(&p, 0, window) > 0 && resident(&p, 0, window) <= wpages);
+    CHECK_EQ(read1(&c, out, sizeof(out), 0), sizeof(out));
+    CHECK(verify(out, sent, sizeof(out), scratch));
+    sent += sizeof(out);
+    /* Writing keeps a ring from being idle: the marks move on. */
+    CHECK(through(&p, &c, &sent, 100));
+    CHECK(vs_ring_reclaim(&p, t1 + 2 * idle, idle));
+    CHECK(through(&p, &c, &sent, 100));
+    CHECK(vs_ring_reclaim(&p, t1 + 3 * idle, idle));
+    CHECK(resident(&p, 0, window) > 0);
+    CHECK(!vs_ring_reclaim(&p, t1 + 4 * idle, idle));
+    CHECK_EQ(resident(&p, 0, span), 0);
+    /* And it climbs again after all that, intact. */
+    CHECK(through(&p, &c, &sent, 3 << 20));
+    vs_ring_destroy(&c);
+    vs_ring_destroy(&p);
+}
+
+static void scribble(struct vs_ring *r, size_t off, uint64_t v);
+
+/* Epoch entry SLOT's fields, as the producer's peer sees them. */
+static void scribble_entry(struct vs_ring *r, unsigned slot, const uint64_t e[4])
+{
+    for (int i = 0; i < 4; i++)
+        scribble(r, OFF_TABLE + 32 * slot + 8 * (size_t)i, e[i]);
+}
+
+/* A producer that writes anything into the epoch table, the epoch count and
+ * its cursor: every read returns -EPROTO or bytes from inside the ring,
+ * never a fault (run it under AddressSanitizer, and the guard page ends the
+ * mapping). The consumer's cursor is never moved by a failed read. */
+static void test_hostile_epochs(void)
+{
+    struct vs_ring p, c;
+    if (pair_sized(&p, &c, vs_ring_size_for(4096, 64 << 10, 0)) != 0) {
+        CHECK(0);
+        return;
+    }
+    uint64_t span = p.capacity;
+    unsigned char *in = malloc(span), *out = malloc(2 * span);
+    fill(in, 0, span);
+    /* Three epochs: 4 KiB, 8 KiB, 16 KiB. */
+    CHECK_EQ(write1(&p, in, 4096), 4096);
+    CHECK_EQ(write1(&p, in + 4096, 8192), 8192);
+    CHECK_EQ(write1(&p, in + 12288, 100), 100);
+    CHECK_EQ(peek64(&p, OFF_EPOCHS), 3);
+    CHECK_EQ(read1(&c, out, 100, 0), 100);
+    const uint64_t good1[4] = {1, 4096, 4096, 8192}, good2[4] = {2, 12288, 12288, 16384};
+    struct {
+        unsigned slot;
+        uint64_t e[4];
+    } bad[] = {
+        {1, {7, 4096, 4096, 8192}},              /* wrong seq */
+        {1, {1, 4096, 4096, 6000}},              /* not a power of two */
+        {1, {1, 4096, 4096, 2048}},              /* too small */
+        {1, {1, 4096, 4096, 1ull << 40}},        /* larger than the span */
+        {1, {1, 4096, span - 4096, 8192}},       /* past the end of the span */
+        {1, {1, 4096, UINT64_MAX - 4095, 8192}}, /* wraps around */
+        {1, {1, 4096, 100, 8192}},               /* not on a page */
+        {1, {1, 50, 4096, 8192}},                /* starts before the reader */
+        {1, {1, 1ull << 62, 4096, 8192}},        /* starts beyond any reach */
+        {1, {1, 4096 + 1, 4096, 4096}},          /* epoch 0 would hold 4097 bytes */
+        {2, {2, 12288 + 1, 12288, 16384}},       /* epoch 1 would hold 8193 bytes */
+        {2, {2, 4000, 12288, 16384}},            /* before the epoch it follows */
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        scribble_entry(&p, bad[i].slot, bad[i].e);
+        c.next.size = 0; /* as if not read yet */
+        CHECK_EQ(read1(&c, out, 2 * span, VS_RING_PEEK), -EPROTO);
+        CHECK_EQ(c.pos, 100);
+        scribble_entry(&p, 1, good1);
+        scribble_entry(&p, 2, good2);
+    }
+    /* The epoch count: behind the reader, hiding epochs, or too far ahead. */
+    c.next.size = 0;
+    const uint64_t counts[] = {0, 1, 2, 3 + VS_RING_EPOCHS, UINT64_MAX};
+    for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++) {
+        scribble(&p, OFF_EPOCHS, counts[i]);
+        CHECK_EQ(read1(&c, out, 2 * span, VS_RING_PEEK), -EPROTO);
+    }
+    scribble(&p, OFF_EPOCHS, 3);
+    CHECK_EQ(read1(&c, out, 2 * span, 0), 12288);
+    CHECK(memcmp(out, in + 100, 12288) == 0);
+
+    /* Random garbage everywhere, many times over. */
+    uint64_t seed = 99;
+    int faults = 0, rounds = RUNNING_ON_VALGRIND ? 2000 : 200000;
+    for (int i = 0; i < rounds; i++) {
+        uint64_t e[4];
+        for (int k = 0; k < 4; k++) {
+            uint64_t v = rng_next(&seed);
+            /* Plausible values more often than not, to get past the first checks. */
+            switch (rng_next(&seed) % 4) {
+            case 0:
+                v = v % (2 * span);
+                break;
+            case 1:
+                v = 1ull << (v % 20);
+                break;
+            case 2:
+                v = c.pos + (v % 70000) - 1000;
+                break;
+            default:
+                break;
+            }
+            e[k] = v;
+        }
+        if (rng_next(&seed) % 2)
+            e[0] = rng_next(&seed) % 6;
+        scribble_entry(&p, (unsigned)(rng_next(&seed) % VS_RING_EPOCHS), e);
+        if (rng_next(&seed) % 4 == 0)
+            scribble(&p, OFF_EPOCHS, c.pos / 1000 + rng_next(&seed) % 8);
+        if (rng_next(&seed) % 4 == 0)
+            scribble(&p, OFF_HEAD, c.pos + rng_next(&seed) % (span + 2));
+        size_t want = 1 + rng_next(&seed) % (2 * span);
+        ssize_t r = read1(&c, out, want, rng_next(&seed) % 3 ? VS_RING_PEEK : 0);
+        faults += !(r == -EPROTO || r == -EAGAIN || (r >= 0 && (size_t)r <= want));
+        if (rng_next(&seed) % 64 == 0) {
+            /* Now and then a clean table again, from the reader's epoch. */
+            uint64_t e0[4] = {c.ep.seq, c.ep.start, c.ep.off, c.ep.size};
+            scribble_entry(&p, (unsigned)(c.ep.seq % VS_RING_EPOCHS), e0);
+            scribble(&p, OFF_EPOCHS, c.ep.seq + 1);
+            c.next.size = 0;
+        }
+        CHECK(c.ep.off + c.ep.size <= span);
+        CHECK(c.next.size == 0 || c.next.off + c.next.size <= span);
+    }
+    CHECK_EQ(faults, 0);
+
+    /* The producer reads its own table back for unread_copy: garbage there
+     * is refused or copied from inside the ring. */
+    vs_ring_destroy(&c);
+    vs_ring_destroy(&p);
+    if (pair_sized(&p, &c, vs_ring_size_for(4096, 64 << 10, 0)) != 0) {
+        CHECK(0);
+        return;
+    }
+    CHECK_EQ(write1(&p, in, 4096), 4096);
+    CHECK_EQ(write1(&p, in + 4096, 8192), 8192);
+    CHECK_EQ(write1(&p, in + 12288, 100), 100);
+    CHECK_EQ(vs_ring_unread_copy(&p, 10, out, span), 12378);
+    CHECK(memcmp(out, in + 10, 12378) == 0);
+    CHECK_EQ(vs_ring_unread_copy(&p, 12388 + 1, out, span), -EPROTO);
+    for (int i = 0; i < (RUNNING_ON_VALGRIND ? 1000 : 50000); i++) {
+        uint64_t e[4] = {rng_next(&seed) % 4, rng_next(&seed) % 20000, rng_next(&seed) % span,
+                         1ull << (rng_next(&seed) % 20)};
+        scribble_entry(&p, (unsigned)(rng_next(&seed) % 3), e);
+        ssize_t r = vs_ring_unread_copy(&p, rng_next(&seed) % 12389, out, span);
+        faults += !(r == -EPROTO || (r >= 0 && r <= 12388));
+    }
+    CHECK_EQ(faults, 0);
+    vs_ring_destroy(&c);
+    vs_ring_destroy(&p);
+    free(in);
+    free(out);
+}
+
 /* vs_copy is memcpy at every size and every distance between the buffers,
  * the aliased ones it copies itself included; nothing outside is touched. */
 static void test_copy(void)
@@ -717,6 +1165,10 @@ int main(void)
     test_wait_watch_fd();
     test_attach_refusals();
     test_wild_cursors();
+    test_grow_fill();
+    test_grow_random();
+    test_reclaim();
+    test_hostile_epochs();
     test_stream_threads();
     test_stream_processes();
     return check_finish("test_ring");

@@ -28,21 +28,6 @@
 static pthread_mutex_t conns_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct vs_shm_conn *conns;
 
-/* The ring follows the socket's receive buffer, within bounds: a small ring
- * costs throughput, a large one memory for every connection. */
-uint64_t vs_shm_ring_capacity(int fd)
-{
-    int rcvbuf = 0;
-    socklen_t len = sizeof(rcvbuf);
-    vs_real.getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, &len);
-    uint64_t want = rcvbuf > 0 ? (uint64_t)rcvbuf : 0;
-    if (want < vs_config.shm_ring_min)
-        want = vs_config.shm_ring_min;
-    if (want > vs_config.shm_ring_max)
-        want = vs_config.shm_ring_max;
-    return vs_ring_capacity_for(want);
-}
-
 static void list_add(struct vs_shm_conn *c)
 {
     pthread_mutex_lock(&conns_lock);
@@ -63,6 +48,14 @@ static void list_del(struct vs_shm_conn *c)
         conns = c->next;
     if (c->next)
         c->next->prev = c->prev;
+    pthread_mutex_unlock(&conns_lock);
+}
+
+void vs_shm_conn_each(void (*fn)(struct vs_shm_conn *c, void *arg), void *arg)
+{
+    pthread_mutex_lock(&conns_lock);
+    for (struct vs_shm_conn *c = conns; c; c = c->next)
+        fn(c, arg);
     pthread_mutex_unlock(&conns_lock);
 }
 

@@ -83,13 +83,18 @@ struct vs_shm_conn {
 struct vs_shm_conn *vs_shm_conn_new(struct vs_sock *s, bool accepter, int fd,
                                     const struct sockaddr *peer, socklen_t len);
 void vs_shm_conn_free(struct vs_shm_conn *c); /* one never attached to a socket */
+/* Calls FN on every connection this process holds, under the list's lock
+ * (FN must not block, nor create or release a connection); while it runs,
+ * none of them can be released. */
+void vs_shm_conn_each(void (*fn)(struct vs_shm_conn *c, void *arg), void *arg);
 void vs_shm_conn_fail(struct vs_shm_conn *c, const char *reason); /* (ctl) */
 /* FD, just opened for C, becomes one of vsocket's own (core/ownfd.h): the
  * number to use from now on. */
 int vs_shm_own_fd(struct vs_shm_conn *c, int fd);
 /* Closes *FD unless the program took the number, and sets it to -1. */
 void vs_shm_close_own(struct vs_shm_conn *c, int *fd);
-uint64_t vs_shm_ring_capacity(int fd);
+/* sizing.c: the geometry of the receive ring of the connection on FD. */
+struct vs_ring_size vs_shm_ring_capacity(int fd);
 
 /* handshake.c: advance the handshake without blocking (takes ctl_lock if
  * free); reads and acts on every message waiting on the side channel. */

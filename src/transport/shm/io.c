@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -21,9 +22,12 @@
 #include "interpose/real.h"
 #include "interpose/signals.h"
 #include "transport/shm/conn.h"
+#include "memory/cpu.h"
 #include "transport/shm/proto.h"
+#include "transport/shm/reclaim.h"
 #include "transport/shm/shm.h"
 #include "transport/shm/shm_internal.h"
+#include "transport/shm/sizing.h"
 
 #define NO_LIMIT VS_STREAM_NO_LIMIT
 
@@ -144,6 +148,8 @@ static int sleep_on(struct vs_shm_conn *c, int fd, struct vs_ring *ring, short t
         vs_ring_arm(ring, -1);
     if (n < 0)
         return err == EINTR ? -EINTR : 0;
+    if (n == 0)
+        vs_shm_idle(c); /* a quiet slice: memory may go back */
     if (n == 0 && tsp && !nap)
         return -ETIMEDOUT;
     if (p[0].revents)
@@ -319,13 +325,15 @@ ssize_t vs_shm_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags)
     return 0;
 }
 
-/* Sender: move to the ring at the next byte, once the peer's ring is ours. */
-static void maybe_switch(struct vs_shm_conn *c)
+/* Sender: move to the ring at the next byte, once the peer's ring is ours.
+ * From then on the ring may hold what the kernel would have (sizing.c). */
+static void maybe_switch(struct vs_shm_conn *c, int fd)
 {
     if (!vs_stream_tx_may_switch(&c->st) || !atomic_load(&c->tx_ready))
         return;
     vs_plock_lock(&c->ctl_lock);
     if (c->chan >= 0) {
+        vs_ring_set_limit(&c->tx, vs_shm_tx_limit(fd, vs_ring_peer_rcv(&c->tx)));
         struct vs_shm_msg m = {.magic = VS_SHM_MAGIC,
                                .version = VS_SHM_VERSION,
                                .type = VS_MSG_SWITCH,
@@ -375,19 +383,61 @@ static int finish_revert(struct vs_shm_conn *c, int fd)
     return 0;
 }
 
+/* Whether the reader frees space in the ring's current region within the
+ * busy-poll budget (or leaves, or the ring turns out corrupt: the next
+ * write says so). */
+static bool room_soon(struct vs_ring *r)
+{
+    long budget = vs_spin_ns();
+    if (budget <= 0)
+        return false;
+    long end = vs_now_ns() + budget;
+    for (unsigned i = 1;; i++) {
+        if (vs_ring_room(r) != 0 || vs_ring_peer_closed(r))
+            return true;
+        if (i % 64 == 0) {
+            if (vs_now_ns() >= end)
+                return false;
+            /* The reader may be waiting for this very CPU. */
+            sched_yield();
+        }
+        vs_cpu_relax();
+    }
+}
+
 /* Writes the whole of IOV into the ring, or as much as fits without
  * blocking. Bytes written, or -errno. */
 static ssize_t ring_send(struct vs_shm_conn *c, int fd, const struct iovec *iov, int iovcnt,
                          int flags)
 {
     size_t want = iov_total(iov, (size_t)iovcnt), total = 0;
-    bool nonblock = (flags & MSG_DONTWAIT) != 0;
+    bool nonblock = (flags & MSG_DONTWAIT) != 0, grow = false;
     struct blocking b = {.opt = SO_SNDTIMEO};
     struct iovec win[iovcnt ? iovcnt : 1];
     while (total < want) {
         int cnt = iov_window(iov, iovcnt, total, NO_LIMIT, win);
         uint64_t head_before = c->tx.pos;
-        ssize_t n = vs_ring_write(&c->tx, win, cnt);
+        ssize_t n = vs_ring_write(&c->tx, win, cnt, grow ? 0 : VS_RING_NO_GROW);
+        grow = false;
+        if (n == -ENOSPC) {
+            /* The region is full and the ring may grow. A reader that
+             * keeps up frees space within the spin: the ring stays small
+             * (less memory, and what it has stays in the caches). One that
+             * does not may be waiting for us (a client that writes all
+             * before it reads): grow, as the kernel's buffers would have
+             * taken the bytes. Growing is not blocking: non-blocking
+             * senders grow too, and readiness counts it as room. */
+            if (room_soon(&c->tx))
+                continue;
+            /* Not for a peer that died (SIGKILL) or is leaving the rings:
+             * a full ring tells the sender, as before. */
+            vs_shm_progress(c, fd);
+            if (c->chan >= 0 && !atomic_load(&c->st.tx_revert_pending)) {
+                grow = true;
+                continue;
+            }
+            n = -EAGAIN;
+        }
         if (n > 0) {
             if (vs_ring_consumer_sleeping(&c->tx, head_before))
                 vs_shm_send_msg(c, VS_MSG_WAKE, 0, 0);
@@ -463,7 +513,7 @@ ssize_t vs_shm_sendmsg(struct vs_sock *s, int fd, const struct msghdr *msg, int 
     if (!vs_shm_active(c) || (flags & MSG_OOB))
         return vs_real.sendmsg(fd, msg, flags);
     vs_plock_lock(&c->tx_lock);
-    maybe_switch(c);
+    maybe_switch(c, fd);
     ssize_t n = 0;
     for (;;) {
         if (atomic_load(&c->st.tx_revert_pending) && !atomic_load(&c->st.tx_back_on_tcp)) {
@@ -500,7 +550,7 @@ ssize_t vs_shm_sendfile(struct vs_sock *s, int fd, int in_fd, off_t *offset, siz
     vs_shm_sync(s, fd);
     if (vs_shm_active(c)) {
         vs_plock_lock(&c->tx_lock);
-        maybe_switch(c);
+        maybe_switch(c, fd);
         vs_plock_unlock(&c->tx_lock);
     }
     if (!vs_shm_active(c) || !vs_shm_tx_on_ring(c)) {

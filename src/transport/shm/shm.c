@@ -16,6 +16,7 @@
 #include "interpose/real.h"
 #include "transport/shm/conn.h"
 #include "transport/shm/ops.h"
+#include "transport/shm/reclaim.h"
 #include "transport/shm/shm.h"
 #include "transport/shm/shm_internal.h"
 #include "memory/cpu.h"
@@ -408,6 +409,7 @@ const struct vs_transport_ops vs_shm_ops = {
     .cold_attach = vs_shm_cold_attach,
     .cold_detach = vs_shm_cold_detach,
     .cold_rec = vs_shm_cold_rec,
+    .idle = vs_shm_idle_sock,
     .leave = vs_shm_leave,
     .release = vs_shm_release,
     .fork_prepare = vs_shm_fork_prepare,
