@@ -85,6 +85,8 @@ static bool ok_oracle(const unsigned char *rec, size_t len, int flags)
 static void act(struct model *md, const struct vs_shm_msg *m)
 {
     struct vs_stream *st = &md->st;
+    FZ_TRACE("record type %u arg %lu arg2 %lu\n", m->type, (unsigned long)m->arg,
+             (unsigned long)m->arg2);
     switch (m->type) {
     case VS_MSG_SWITCH: {
         bool first = !atomic_load(&st->rx_switch_known);
@@ -124,6 +126,7 @@ static void raw_record(struct model *md, struct fz_in *in)
     for (size_t i = 0; i < len; i++)
         rec[i] = fz_u8(in);
     bool ok = vs_shm_msg_ok((const struct vs_shm_msg *)rec, len, flags);
+    FZ_TRACE("raw record of %zu bytes, flags %#x: %s\n", len, flags, ok ? "accepted" : "refused");
     FZ_CHECK(ok == ok_oracle(rec, len, flags), "vs_shm_msg_ok %d on len %zu flags %#x", ok, len,
              flags);
     if (ok) {
@@ -166,6 +169,8 @@ static void tcp_read(struct model *md, struct fz_in *in)
     if (vs_stream_rx_on_transport(st))
         return;
     uint64_t limit = vs_stream_tcp_rx_limit(st);
+    FZ_TRACE("tcp read %lu%s, limit %lu\n", (unsigned long)n, peek ? " (peek)" : "",
+             (unsigned long)limit);
     if (limit == 0)
         return; /* the switch point: the ring from now on */
     if (!peek)
@@ -180,6 +185,8 @@ static void ring_read(struct model *md, struct fz_in *in)
     if (!vs_stream_rx_on_transport(&md->st))
         return;
     md->rx_pos += n >> 1;
+    FZ_TRACE("ring read %u, consumed %lu%s\n", n >> 1, (unsigned long)md->rx_pos,
+             n & 1 ? ", then empty" : "");
     if (n & 1)
         vs_stream_rx_revert_reached(&md->st, md->rx_pos);
 }
@@ -196,6 +203,7 @@ static void tx_send(struct model *md, struct fz_in *in)
         atomic_store(&st->tx_back_on_tcp, true);
     if (!vs_stream_tx_on_transport(st))
         st->tcp_tx += n;
+    FZ_TRACE("send %u: %s\n", n, vs_stream_tx_on_transport(st) ? "ring" : "tcp");
 }
 
 static void tx_shut(struct model *md)

@@ -166,6 +166,12 @@ STREAM = {
     "tx_shut": tx_send(10) + TX_SHUT + TX_READY + tx_send(3),
     "revert_first": typed(REVERT, 0, 0) + typed(SWITCH, 0) + tcp_read(4) + ring_read(0),
     "repeats": typed(SWITCH, 10) + typed(SWITCH, 20) + typed(REVERT, 1, 2) + typed(REVERT, 3, 4),
+    # The findings (docs/design/fuzzing.md); fatal with VS_FUZZ_STRICT=1.
+    # F1: 512 bytes read from TCP, then SWITCH at 0: the TCP limit wraps.
+    "finding_F1_switch_behind": tcp_read(512) + typed(SWITCH, 0),
+    # F2: on the ring from offset 0, 100 bytes consumed, then REVERT ending at 50.
+    "finding_F2_revert_behind": typed(SWITCH, 0) + tcp_read(1) + ring_read(100, False)
+    + typed(REVERT, 0, 50) + ring_read(0),
 }
 
 
