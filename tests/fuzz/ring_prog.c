@@ -173,6 +173,13 @@ static size_t pick_len(const struct ring_prog *p, struct fz_in *in)
 
 /* --- the operations --- */
 
+/* A byte count from a ring holding at most its capacity: within the
+ * request and within the capacity (more would be stale or foreign bytes). */
+static bool count_ok(const struct ring_prog *p, ssize_t n, size_t len)
+{
+    return n >= 0 && (size_t)n <= len && (uint64_t)n <= cap_of(p);
+}
+
 static ssize_t expect_write(const struct ring_prog *p, size_t len)
 {
     if (p->writer_closed || p->reader_closed)
@@ -192,7 +199,7 @@ static void op_write(struct ring_prog *p, struct fz_in *in)
     bufs_free(&b);
     FZ_TRACE("write %zu in %d: %zd\n", b.len, b.cnt, n);
     if (p->poisoned)
-        FZ_CHECK((n >= 0 && (size_t)n <= b.len) || n == -EAGAIN || n == -EPIPE || n == -EPROTO,
+        FZ_CHECK(count_ok(p, n, b.len) || n == -EAGAIN || n == -EPIPE || n == -EPROTO,
                  "write of %zu: %zd", b.len, n);
     else
         FZ_CHECK(n == expect_write(p, b.len), "write of %zu: %zd, expected %zd", b.len, n,
@@ -215,8 +222,8 @@ static void op_read(struct ring_prog *p, struct fz_in *in, int flags)
     ssize_t n = vs_ring_read(p->cons, b.iov, b.cnt, flags);
     FZ_TRACE("%s %zu in %d: %zd\n", flags & VS_RING_PEEK ? "peek" : "read", b.len, b.cnt, n);
     if (p->poisoned)
-        FZ_CHECK((n >= 0 && (size_t)n <= b.len) || n == -EAGAIN || n == -EPROTO, "read of %zu: %zd",
-                 b.len, n);
+        FZ_CHECK(count_ok(p, n, b.len) || n == -EAGAIN || n == -EPROTO, "read of %zu: %zd", b.len,
+                 n);
     else
         FZ_CHECK(n == expect_read(p, b.len), "read of %zu: %zd, expected %zd", b.len, n,
                  expect_read(p, b.len));
@@ -266,7 +273,7 @@ static void op_unread_copy(struct ring_prog *p, struct fz_in *in)
     bool in_range = from - p->read <= unread(p);
     uint64_t left = p->written - from;
     if (p->poisoned)
-        FZ_CHECK((n >= 0 && (size_t)n <= len) || n == -EPROTO, "unread_copy: %zd", n);
+        FZ_CHECK(count_ok(p, n, len) || n == -EPROTO, "unread_copy: %zd", n);
     else
         FZ_CHECK(in_range ? n == (ssize_t)(len < left ? len : left) : n == -EPROTO,
                  "unread_copy from %lu (read %lu written %lu) of %zu: %zd", (unsigned long)from,
