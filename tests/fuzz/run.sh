@@ -2,6 +2,7 @@
 # A fuzzing run of one target, as the suite runs it:
 #   run.sh TARGET SEED_DIR WORK_DIR SECONDS      (the suite: 20)
 #   run.sh TARGET SEED_DIR WORK_DIR runs=N       (a long run: 10000000)
+# VS_FUZZ_ARGS adds libFuzzer flags (e.g. -max_len=1024).
 # New inputs go to WORK_DIR/corpus (the checked-in seeds are only read);
 # a crash leaves its input in WORK_DIR/artifacts and fails the run.
 set -euo pipefail
@@ -18,7 +19,8 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 status=0
 start=$SECONDS
-"$target" "$limit_flag" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+# shellcheck disable=SC2086 # VS_FUZZ_ARGS is a list of flags
+"$target" "$limit_flag" ${VS_FUZZ_ARGS:-} -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
   -artifact_prefix="$work/artifacts/" "$work/corpus" "$seeds" >"$work/log" 2>&1 || status=$?
 grep -E '^(INFO: Loaded .*counters|#[0-9]+.*DONE|stat::|fuzz_stream: known)' "$work/log" || true
 if [ "$status" -ne 0 ] || ls "$work/artifacts" | grep -q .; then
