@@ -149,10 +149,10 @@ static void check_attached(const struct vs_ring *r, int fd)
 
 /* The accepted ring as a program, the peer writing through its own
  * mapping (none if the file refuses a writable one: F_SEAL_WRITE). */
-static void run_attached(struct vs_ring *r, int fd, struct fz_in *in)
+static void run_attached(struct vs_ring *r, enum vs_ring_role role, int fd, struct fz_in *in)
 {
     struct ring_prog p = {.poisoned = true};
-    if (r->role == VS_RING_CONSUMER)
+    if (role == VS_RING_CONSUMER)
         p.cons = r;
     else
         p.prod = r;
@@ -181,7 +181,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FZ_CHECK(rc == 0 || (rc < 0 && rc > -4096), "vs_ring_attach: %d", rc);
         if (rc == 0) {
             check_attached(&r, fd);
-            run_attached(&r, fd, &in);
+            run_attached(&r, role, fd, &in);
             vs_ring_destroy(&r);
             FZ_CHECK(fcntl(fd, F_GETFD) < 0 && errno == EBADF, "destroy left fd %d open", fd);
         } else {
