@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what vsocket needs on a bare Debian 12 machine: the build toolchain,
-# rdma-core, and the real programs the compatibility suite and demo run.
-# Usage: scripts/install-deps.sh [build|test|rdma-guest|all]   (default: all)
+# rdma-core, the real programs the compatibility suite and demo run, and clang
+# with libFuzzer for the fuzz targets.
+# Usage: scripts/install-deps.sh [build|test|fuzz|rdma-guest|all]   (default: all)
 # Idempotent: packages already present are not downloaded again.
 set -euo pipefail
 
@@ -10,14 +11,18 @@ build_pkgs=(build-essential cmake ninja-build pkg-config libibverbs-dev librdmac
 test_pkgs=(iperf3 sockperf redis-server redis-tools nginx-light wrk curl memcached
            libmemcached-tools socat ncat openssh-server openssh-client python3 python3-pytest
            procps iproute2 strace linux-perf)
+# clang 14 and its runtimes (libclang_rt.fuzzer, i.e. libFuzzer, is in libclang-rt-14-dev);
+# llvm-14 for llvm-cov and llvm-profdata (tests/fuzz/coverage.sh).
+fuzz_pkgs=(clang libclang-rt-14-dev llvm-14)
 guest_pkgs=(qemu-system-x86 rdmacm-utils perftest kmod busybox-static cpio iproute2 xz-utils)
 
 case "${1:-all}" in
   build) want=("${build_pkgs[@]}") ;;
-  test) want=("${build_pkgs[@]}" "${test_pkgs[@]}") ;;
+  test) want=("${build_pkgs[@]}" "${test_pkgs[@]}" "${fuzz_pkgs[@]}") ;;
+  fuzz) want=("${build_pkgs[@]}" "${fuzz_pkgs[@]}") ;;
   rdma-guest) want=("${build_pkgs[@]}" "${guest_pkgs[@]}") ;;
-  all) want=("${build_pkgs[@]}" "${test_pkgs[@]}" "${guest_pkgs[@]}") ;;
-  *) echo "usage: $0 [build|test|rdma-guest|all]" >&2; exit 2 ;;
+  all) want=("${build_pkgs[@]}" "${test_pkgs[@]}" "${fuzz_pkgs[@]}" "${guest_pkgs[@]}") ;;
+  *) echo "usage: $0 [build|test|fuzz|rdma-guest|all]" >&2; exit 2 ;;
 esac
 
 missing=()

@@ -4,8 +4,10 @@
 #   2. release build: unit tests, tool and preload tests (ctest), then the
 #      compatibility suite (real programs under vsocket, pytest);
 #   3. the unit tests under valgrind;
-#   4. the same ctest and compatibility suite on an ASan+UBSan build;
-#   5. the RDMA stage in a Soft-RoCE guest (VSOCKET_SKIP_RDMA=1 skips it, loudly).
+#   4. a short run (20 s) of each libFuzzer target, built with clang in
+#      build/fuzz (tests/fuzz; docs/design/fuzzing.md);
+#   5. the same ctest and compatibility suite on an ASan+UBSan build;
+#   6. the RDMA stage in a Soft-RoCE guest (VSOCKET_SKIP_RDMA=1 skips it, loudly).
 # Exits non-zero when any stage fails; the last line counts stages.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -52,11 +54,14 @@ compat() {
 
 scripts/install-deps.sh all || { echo "install-deps failed"; exit 1; }
 
-stage build build build -DCMAKE_BUILD_TYPE=RelWithDebInfo
+# VSOCKET_FUZZ=ON: install-deps put clang and libFuzzer there, so a build
+# without the fuzz targets is an error, not a silent skip.
+stage build build build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVSOCKET_FUZZ=ON
 stage ctest ctest --test-dir build --output-on-failure
 stage compat compat build
 stage valgrind ctest --test-dir build -L unit -T memcheck --output-on-failure
-stage build-asan build build-asan -DCMAKE_BUILD_TYPE=Debug -DVSOCKET_SANITIZE=ON
+stage fuzz ctest --test-dir build/fuzz --output-on-failure --no-tests=error
+stage build-asan build build-asan -DCMAKE_BUILD_TYPE=Debug -DVSOCKET_SANITIZE=ON -DVSOCKET_FUZZ=OFF
 stage ctest-asan ctest --test-dir build-asan --output-on-failure
 stage compat-asan compat build-asan
 if [ -x tests/rdma/stage.sh ]; then
