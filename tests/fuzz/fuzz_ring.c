@@ -15,7 +15,7 @@
 static void make_pair(struct vs_ring *rc, enum vs_ring_role role, struct vs_ring *at,
                       uint64_t capacity)
 {
-    int rc_create = vs_ring_create(rc, capacity, role);
+    int rc_create = vs_ring_create(rc, vs_ring_size_for(capacity, capacity, capacity), role);
     FZ_CHECK(rc_create == 0, "vs_ring_create(%lu): %d", (unsigned long)capacity, rc_create);
     int fd = fcntl(rc->fd, F_DUPFD_CLOEXEC, 0);
     FZ_CHECK(fd >= 0, "dup");

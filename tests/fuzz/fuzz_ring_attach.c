@@ -30,7 +30,7 @@ struct layout {
 static void genuine_header(struct layout *l)
 {
     struct vs_ring r;
-    int rc = vs_ring_create(&r, l->capacity, VS_RING_CONSUMER);
+    int rc = vs_ring_create(&r, vs_ring_size_for(l->capacity, l->capacity, l->capacity), VS_RING_CONSUMER);
     FZ_CHECK(rc == 0, "vs_ring_create(%lu): %d", (unsigned long)l->capacity, rc);
     size_t hdr = (size_t)(r.data - (unsigned char *)r.sh);
     FZ_CHECK(hdr <= MAX_HEADER, "a header of %zu bytes", hdr);
