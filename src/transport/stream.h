@@ -72,6 +72,10 @@ struct vs_stream {
 
     /* End of stream came on TCP: too late to start a set-up. */
     _Atomic bool tcp_eof;
+    /* The peer's offsets contradict what we hold (a SWITCH behind the bytes
+     * read from TCP, a REVERT end other than where its transport data
+     * stopped): the receive side fails with ECONNRESET, as for a corrupt ring. */
+    _Atomic bool violated;
 };
 
 /* The receive side reads the transport now. */
@@ -94,6 +98,10 @@ static inline uint64_t vs_stream_tcp_rx_limit(struct vs_stream *st)
 {
     if (!atomic_load(&st->rx_switch_known) || atomic_load(&st->rx_back_on_tcp))
         return VS_STREAM_NO_LIMIT;
+    if (st->rx_switch_at < st->tcp_rx) { /* read past already: see violated */
+        atomic_store(&st->violated, true);
+        return VS_STREAM_NO_LIMIT;
+    }
     uint64_t limit = st->rx_switch_at - st->tcp_rx;
     if (limit == 0)
         atomic_store(&st->rx_switched, true);
@@ -101,11 +109,17 @@ static inline uint64_t vs_stream_tcp_rx_limit(struct vs_stream *st)
 }
 
 /* Receive side, on the transport, which holds nothing more: whether the
- * peer reverted and everything it sent there before is read (then TCP). */
+ * peer reverted and everything it sent there before is read (then TCP).
+ * The peer publishes its last byte before it sends REVERT, so an empty
+ * transport short of (or past) the end it announced is a violation. */
 static inline bool vs_stream_rx_revert_reached(struct vs_stream *st, uint64_t consumed)
 {
-    if (!atomic_load(&st->rx_reverted) || consumed != st->rx_revert_at)
+    if (!atomic_load(&st->rx_reverted))
         return false;
+    if (consumed != st->rx_revert_at) {
+        atomic_store(&st->violated, true);
+        return false;
+    }
     atomic_store(&st->rx_back_on_tcp, true);
     return true;
 }

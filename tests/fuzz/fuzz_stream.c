@@ -28,10 +28,11 @@ struct model {
     bool tx_ready;   /* the peer's ring is mapped: we may switch */
 };
 
-/* Findings reported in docs/design/fuzzing.md and not fixed yet. Each is
+/* Findings reported in docs/design/fuzzing.md. A finding not fixed yet is
  * noted once and the run goes on, so that the suite's short runs keep
- * guarding everything else. VS_FUZZ_STRICT makes them fatal, which is how
- * their reproducers are run: "1" all of them, else those it names ("F2"). */
+ * guarding everything else; VS_FUZZ_STRICT makes it fatal ("1" all of
+ * them, else those it names: "F2"). F1 and F2 are fixed (stream.h:
+ * violated): fatal always. */
 enum known_finding {
     F1_SWITCH_BEHIND, /* SWITCH at S < tcp_rx: the TCP read limit wraps */
     F2_REVERT_BEHIND, /* REVERT end < bytes consumed: never reached */
@@ -51,10 +52,11 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     (void)argc;
     (void)argv;
     const char *s = getenv("VS_FUZZ_STRICT");
+    strict[F1_SWITCH_BEHIND] = strict[F2_REVERT_BEHIND] = true;
     for (int f = 0; s && f < KNOWN_FINDINGS; f++) {
         char id[8];
         snprintf(id, sizeof(id), "F%d", f + 1);
-        strict[f] = strcmp(s, "1") == 0 || strstr(s, id) != NULL;
+        strict[f] |= strcmp(s, "1") == 0 || strstr(s, id) != NULL;
     }
     return 0;
 }
@@ -187,8 +189,13 @@ static void ring_read(struct model *md, struct fz_in *in)
     md->rx_pos += n >> 1;
     FZ_TRACE("ring read %u, consumed %lu%s\n", n >> 1, (unsigned long)md->rx_pos,
              n & 1 ? ", then empty" : "");
-    if (n & 1)
-        vs_stream_rx_revert_reached(&md->st, md->rx_pos);
+    if (n & 1) {
+        /* Found empty after a REVERT: back on TCP, or the stream is violated
+         * (an end it can never reach): never stuck on an empty ring. */
+        bool reached = vs_stream_rx_revert_reached(&md->st, md->rx_pos);
+        if (atomic_load(&md->st.rx_reverted))
+            known(F2_REVERT_BEHIND, reached || atomic_load(&md->st.violated));
+    }
 }
 
 /* As vs_shm_sendmsg(): switch if allowed, finish a revert, then count the
@@ -259,10 +266,12 @@ static void check_state(struct model *md)
     struct vs_stream copy;
     memcpy(&copy, st, sizeof(copy));
     uint64_t limit = vs_stream_tcp_rx_limit(&copy);
+    /* Fixed: an offset that contradicts what the receiver holds marks the
+     * stream violated (ECONNRESET), instead of wrapping or never ending. */
+    bool violated = atomic_load(&st->violated) || atomic_load(&copy.violated);
     if (known_sw && !back)
-        known(F1_SWITCH_BEHIND, st->tcp_rx <= st->rx_switch_at && limit <= st->rx_switch_at);
-    if (vs_stream_rx_on_transport(st) && atomic_load(&st->rx_reverted))
-        known(F2_REVERT_BEHIND, md->rx_pos <= st->rx_revert_at);
+        known(F1_SWITCH_BEHIND,
+              violated || (st->tcp_rx <= st->rx_switch_at && limit <= st->rx_switch_at));
 }
 
 static void step(struct model *md, struct fz_in *in)

@@ -190,8 +190,14 @@ static ssize_t tcp_read(int fd, struct msghdr *msg, socklen_t namelen, size_t sk
  * -EAGAIN nothing, -errno. */
 static int ring_empty(struct vs_shm_conn *c, int fd)
 {
+    /* Bytes published since we found the ring empty come first (the REVERT
+     * that made us look may have followed them). */
+    if (atomic_load(&c->st.rx_reverted) && vs_ring_readable(&c->rx) != 0)
+        return -EAGAIN;
     if (vs_stream_rx_revert_reached(&c->st, c->rx.pos))
         return 1;
+    if (atomic_load(&c->st.violated))
+        return -ECONNRESET;
     if (!atomic_exchange(&c->tcp_event, false))
         return -EAGAIN;
     int t = tcp_peek(fd);
@@ -243,6 +249,10 @@ ssize_t vs_shm_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags)
         ssize_t n;
         if (!vs_shm_rx_on_ring(c)) {
             uint64_t limit = vs_stream_tcp_rx_limit(&c->st);
+            if (atomic_load(&c->st.violated)) {
+                err = ECONNRESET;
+                break;
+            }
             if (limit == 0)
                 continue; /* the switch point: the ring from now on */
             n = tcp_read(fd, msg, namelen, total, limit, flags);

@@ -263,6 +263,8 @@ unsigned vs_shm_poll(struct vs_sock *s, int fd, unsigned interest, int tcp_reven
     } else {
         m |= tcp & (POLLIN | POLLPRI | POLLRDHUP);
     }
+    if (atomic_load(&c->st.violated)) /* the next receive says ECONNRESET */
+        m |= POLLIN;
     if (tx_ring) {
         if (tx_ring_room(c) || atomic_load(&c->st.tx_revert_pending))
             m |= POLLOUT;
