@@ -420,20 +420,41 @@ static unsigned cold_level(struct vs_sock *s, struct rec *r)
     return r->events & EPOLLET ? level & ~(unsigned)EPOLLOUT : level;
 }
 
+/* R leaves the scans: cold. */
+static void freeze(struct rec *r)
+{
+    list_remove(r);
+    r->cold = true;
+    list_push(r);
+    cold_count++;
+}
+
 /* R, hot and quiet since COOL_NS, goes cold if it may. */
 static void cool(struct vs_sock *s, struct rec *r, long now)
 {
     unsigned in = interest(r);
     unsigned need = (in & (EPOLLIN | EPOLLPRI | EPOLLRDHUP) ? POLLIN : 0) | (in & EPOLLOUT);
     r->quiet_since = now; /* refused: not again before COOL_NS */
+    /* Not on a transport's memory (a young connection, a set-up under way,
+     * one that stays on TCP): its news comes through its kernel
+     * registrations (TCP, the watch fd), tagged with this record, and a
+     * change of phase made here kicks it. Nothing to arm. */
+    bool kernel_only = !s->ops->spins(s);
     /* Its wake-ups must come tagged with this record: not through a dup's
      * registration of the side channel, which the dup's delete takes away. */
-    if (!need || r->disabled || r->perm || nested[r->epfd] || !r->watch_own ||
-        atomic_load(&s->no_cold) || !kick_ready(r->epfd))
+    if (!need || r->disabled || r->perm || nested[r->epfd] || (r->watch >= 0 && !r->watch_own) ||
+        (r->watch < 0 && !kernel_only) || atomic_load(&s->no_cold) || !kick_ready(r->epfd))
         return;
     atomic_store(&r->kicked, false);
     if (!s->ops->cold_attach(s, r))
         return;
+    if (kernel_only) {
+        if (r->gen != s->ops->generation(s) || cold_level(s, r))
+            s->ops->cold_detach(s, r);
+        else
+            freeze(r);
+        return;
+    }
     /* Armed first, then looked: news from now on rings the side channel. */
     unsigned armed = s->ops->arm(s, need);
     bool covered =
@@ -443,11 +464,8 @@ static void cool(struct vs_sock *s, struct rec *r, long now)
         s->ops->cold_detach(s, r);
         return;
     }
-    list_remove(r);
-    r->cold = true;
     r->perm = armed;
-    list_push(r);
-    cold_count++;
+    freeze(r);
 }
 
 /* Warms the cold records of EPFD (KICKED_ONLY: those kicked); drops those

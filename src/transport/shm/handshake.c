@@ -441,10 +441,15 @@ static void accepter_connect(struct vs_shm_conn *c, int fd)
     socklen_t len = rendezvous_name(c, &un);
     if (vs_real.connect(c->chan, (void *)&un, len) < 0) {
         /* A last call: the peer's bytes may have come right after its bind. */
-        if (!peer_called_since_deadline(c, fd))
-            return;
-        if (vs_real.connect(c->chan, (void *)&un, len) < 0)
+        bool last = peer_called_since_deadline(c, fd);
+        if (last && vs_real.connect(c->chan, (void *)&un, len) < 0)
             return no_answer(c);
+        if (!last) {
+            /* No descriptor held between calls: a server with thousands
+             * of connections whose peers do not answer yet. */
+            vs_shm_close_own(c, &c->chan);
+            return;
+        }
     }
     if (!peer_uid_ok(c->chan) || !listener_is_connector_user(c))
         return decline(c, VS_REASON_PEER_CREDENTIALS);

@@ -321,7 +321,15 @@ bool vs_shm_cold_attach(struct vs_sock *s, void *rec)
 {
     struct vs_shm_conn *c = s->conn;
     void *none = NULL;
-    return vs_shm_done(c) && c->chan >= 0 && atomic_load(&c->holders) == 1 &&
+    int hs = atomic_load(&c->hs);
+    /* On TCP for good: nothing will change that a kernel event does not say. */
+    if (hs == VS_HS_FAILED)
+        return true;
+    /* Before the rings, its set-up moves at calls of this process (which
+     * kick the record: vs_shm_bump) or by messages on the watch fd: it must
+     * be the only holder. */
+    bool ours = hs != VS_HS_DONE || c->chan >= 0;
+    return ours && atomic_load(&c->holders) == 1 &&
            atomic_compare_exchange_strong(&c->cold_rec, &none, rec);
 }
 
