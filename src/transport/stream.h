@@ -38,8 +38,8 @@
  * waits for its caller longer than the accepter keeps calling; past the
  * limit (plus the grace below for a set-up already under way) the
  * connection stays on TCP. */
-#define VS_UPGRADE_ACCEPTER_NS 20000000L
-#define VS_UPGRADE_CONNECTOR_NS 200000000L
+#define VS_UPGRADE_ACCEPTER_NS 500000000L
+#define VS_UPGRADE_CONNECTOR_NS 1000000000L
 /* Once the two ends talk, the messages of the set-up get this long. */
 #define VS_UPGRADE_MESSAGES_NS 1000000000L
 #define VS_UPGRADE_GRACE_NS 1000000000L

@@ -365,6 +365,8 @@ static int client(int port, long n, size_t bytes, size_t chunk, int passes)
         ping_pass(fds, n, p);
     }
 
+    free(out);
+    free(in);
     /* 4. Idle in epoll_wait on all of them, like a client holding connections. */
     int ep = epoll_create1(EPOLL_CLOEXEC);
     if (ep < 0)
@@ -420,6 +422,7 @@ static int client(int port, long n, size_t bytes, size_t chunk, int passes)
                        "\"seconds\":%.3f,\"t\":%.3f}\n",
                        (int)getpid(), n, now() - start, elapsed());
                 fflush(stdout);
+                free(fds);
                 return 0;
             }
         }

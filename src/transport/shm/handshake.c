@@ -381,8 +381,10 @@ static uint64_t bytes_in(struct vs_shm_conn *c, int fd)
  * calling twice since, at least a millisecond apart (bytes from it arrived
  * after a mark, twice: a vsocket peer does its part at one of two such
  * calls, its calls on the rendezvous being a millisecond apart at most) and
- * a last look found nothing; or after VS_UPGRADE_GIVE_UP_NS. Checked once a
- * millisecond at most (an ioctl). */
+ * a last look found nothing; or after VS_UPGRADE_GIVE_UP_NS. Bytes can also
+ * come from one long send still under way in the peer, which is why the
+ * deadline is long (stream.h). Checked once a millisecond at most (an
+ * ioctl). */
 static bool peer_called_since_deadline(struct vs_shm_conn *c, int fd)
 {
     long now = vs_now_ns();
