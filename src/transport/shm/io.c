@@ -8,7 +8,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
-#include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -21,8 +20,8 @@
 #include "config/log.h"
 #include "interpose/real.h"
 #include "interpose/signals.h"
+#include "readiness/wait_common.h"
 #include "transport/shm/conn.h"
-#include "memory/cpu.h"
 #include "transport/shm/proto.h"
 #include "transport/shm/reclaim.h"
 #include "transport/shm/shm.h"
@@ -396,23 +395,15 @@ static int finish_revert(struct vs_shm_conn *c, int fd)
 /* Whether the reader frees space in the ring's current region within the
  * busy-poll budget (or leaves, or the ring turns out corrupt: the next
  * write says so). */
+static bool room_or_gone(void *ring, const void *unused)
+{
+    (void)unused;
+    return vs_ring_room(ring) != 0 || vs_ring_peer_closed(ring);
+}
+
 static bool room_soon(struct vs_ring *r)
 {
-    long budget = vs_spin_ns();
-    if (budget <= 0)
-        return false;
-    long end = vs_now_ns() + budget;
-    for (unsigned i = 1;; i++) {
-        if (vs_ring_room(r) != 0 || vs_ring_peer_closed(r))
-            return true;
-        if (i % 64 == 0) {
-            if (vs_now_ns() >= end)
-                return false;
-            /* The reader may be waiting for this very CPU. */
-            sched_yield();
-        }
-        vs_cpu_relax();
-    }
+    return vs_spin_until(room_or_gone, r, NULL);
 }
 
 /* Writes the whole of IOV into the ring, or as much as fits without

@@ -1,7 +1,6 @@
 /* shm.c - which connections try the shared-memory transport, what the
  * statistics say of them, and their readiness as poll and epoll see it. */
 #include <errno.h>
-#include <sched.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <string.h>
@@ -14,12 +13,12 @@
 #include "config/log.h"
 #include "core/reason.h"
 #include "interpose/real.h"
+#include "readiness/wait_common.h"
 #include "transport/shm/conn.h"
 #include "transport/shm/ops.h"
 #include "transport/shm/reclaim.h"
 #include "transport/shm/shm.h"
 #include "transport/shm/shm_internal.h"
-#include "memory/cpu.h"
 
 static bool tcp_stream(const struct vs_sock *s)
 {
@@ -150,23 +149,22 @@ bool vs_shm_ring_ready(struct vs_ring *ring, bool want_data)
     return n != 0 || vs_ring_peer_closed(ring);
 }
 
+static bool ring_data(void *ring, const void *unused)
+{
+    (void)unused;
+    return vs_shm_ring_ready(ring, true);
+}
+
+static bool ring_space(void *ring, const void *unused)
+{
+    (void)unused;
+    return vs_shm_ring_ready(ring, false);
+}
+
 bool vs_shm_spin(struct vs_ring *ring, bool want_data)
 {
-    long budget = vs_spin_ns();
-    if (budget <= 0)
-        return vs_shm_ring_ready(ring, want_data);
-    long end = vs_now_ns() + budget;
-    for (unsigned i = 1;; i++) {
-        if (vs_shm_ring_ready(ring, want_data))
-            return true;
-        if (i % 64 == 0) {
-            if (vs_now_ns() >= end)
-                return false;
-            /* The peer may be waiting for this very CPU. */
-            sched_yield();
-        }
-        vs_cpu_relax();
-    }
+    return vs_shm_ring_ready(ring, want_data) ||
+           vs_spin_until(want_data ? ring_data : ring_space, ring, NULL);
 }
 
 /* --- readiness --- */
