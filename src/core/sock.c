@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <netinet/in.h>
+#include <string.h>
 #include <sys/stat.h>
 
 #include "config/config.h"
@@ -49,7 +50,7 @@ struct vs_sock *vs_sock_new(int fd, int family, int type, int protocol, const ch
     atomic_store(&s->in_epoll_plain, false);
     atomic_store(&s->bufs_set, 0);
     s->conn_shown = -1;
-    s->have_addrs = false;
+    s->have_addrs = s->have_local = false;
     atomic_store(&s->state, VS_STATE_OPEN);
     s->stat = vs_stats_open(fd, family, type, s->transport, reason ? reason : kernel_reason(type));
     /* Published last: a racing lookup that finds this recycled object must
@@ -112,13 +113,63 @@ void vs_sock_refresh_addrs(struct vs_sock *s, int fd)
     bool have_local = vs_real.getsockname(fd, (void *)&local, &llen) == 0;
     bool have_peer = vs_real.getpeername(fd, (void *)&peer, &plen) == 0;
     s->have_addrs = have_local && have_peer;
-    if (s->have_addrs) {
+    s->have_local = have_local;
+    if (have_local)
         s->local = local;
+    if (s->have_addrs)
         s->peer = peer;
-    }
     vs_stats_set_addrs(s->stat, have_local ? (void *)&local : NULL,
                        have_peer ? (void *)&peer : NULL);
     errno = saved_errno;
+}
+
+/* Whether an accepted connection's local address is its listener's: not
+ * for a wildcard listener, whose connections each have one of the host's. */
+static bool specific(const struct sockaddr_storage *ss)
+{
+    if (ss->ss_family == AF_INET)
+        return ((const struct sockaddr_in *)ss)->sin_addr.s_addr != htonl(INADDR_ANY);
+    if (ss->ss_family == AF_INET6)
+        return !IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)ss)->sin6_addr);
+    return false;
+}
+
+void vs_sock_accepted(struct vs_sock *s, int fd, const struct vs_sock *listener,
+                      const struct sockaddr *peer, socklen_t len)
+{
+    if (!listener->have_local || !specific(&listener->local) || !peer ||
+        len < sizeof(struct sockaddr_in) || len > sizeof(s->peer) ||
+        peer->sa_family != listener->local.ss_family) {
+        vs_sock_set_state(s, fd, VS_STATE_CONNECTED);
+        return;
+    }
+    atomic_store(&s->state, VS_STATE_CONNECTED);
+    vs_stats_set_state(s->stat, VS_STATE_CONNECTED);
+    s->local = listener->local;
+    memset(&s->peer, 0, sizeof(s->peer));
+    memcpy(&s->peer, peer, len);
+    s->have_addrs = s->have_local = true;
+    vs_stats_set_addrs(s->stat, (const void *)&s->local, (const void *)&s->peer);
+}
+
+void vs_sock_connecting(struct vs_sock *s, int fd, enum vs_sock_state state,
+                        const struct sockaddr *peer, socklen_t len)
+{
+    socklen_t llen = sizeof(s->local);
+    int saved_errno = errno;
+    if (!peer || len < sizeof(struct sockaddr_in) || len > sizeof(s->peer) ||
+        peer->sa_family != s->family || vs_real.getsockname(fd, (void *)&s->local, &llen) < 0) {
+        errno = saved_errno;
+        vs_sock_set_state(s, fd, state);
+        return;
+    }
+    errno = saved_errno;
+    atomic_store(&s->state, state);
+    vs_stats_set_state(s->stat, state);
+    memset(&s->peer, 0, sizeof(s->peer));
+    memcpy(&s->peer, peer, len);
+    s->have_addrs = s->have_local = true;
+    vs_stats_set_addrs(s->stat, (const void *)&s->local, (const void *)&s->peer);
 }
 
 void vs_sock_set_state(struct vs_sock *s, int fd, enum vs_sock_state state)

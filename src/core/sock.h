@@ -42,6 +42,7 @@ struct vs_sock {
      * valid when have_addrs: a transport set up right after needs no
      * second look. */
     bool have_addrs;
+    bool have_local; /* local alone (a listener's) */
     struct sockaddr_storage local, peer;
     /* VS_SOCK_SNDBUF_SET | VS_SOCK_RCVBUF_SET: the program sized those
      * buffers itself (setsockopt), so the kernel would not autotune them. */
@@ -90,6 +91,15 @@ static inline void vs_sock_ref(struct vs_sock *s)
  * peer addresses read from the kernel socket FD. */
 void vs_sock_set_state(struct vs_sock *s, int fd, enum vs_sock_state state);
 void vs_sock_refresh_addrs(struct vs_sock *s, int fd);
+/* connect() to PEER (LEN bytes) succeeded or is under way (STATE): only the
+ * local address is asked of the kernel. */
+void vs_sock_connecting(struct vs_sock *s, int fd, enum vs_sock_state state,
+                        const struct sockaddr *peer, socklen_t len);
+/* A connection accepted on LISTENER, from PEER (accept's address, LEN
+ * bytes, or NULL): connected, its addresses known without asking the
+ * kernel when the listener's own address says which it is. */
+void vs_sock_accepted(struct vs_sock *s, int fd, const struct vs_sock *listener,
+                      const struct sockaddr *peer, socklen_t len);
 
 /* Counting after a data call returned N; the first bytes to move also
  * complete a non-blocking connect. */

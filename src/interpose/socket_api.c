@@ -82,7 +82,10 @@ VS_EXPORT int listen(int fd, int backlog)
 }
 
 /* A connection accepted on listener S becomes a socket of its own. */
-static int track_accepted(struct vs_sock *listener, int fd)
+/* ADDR: accept's address, LEN its length after the call, CAP the buffer's
+ * size before: a longer address was cut short, so not usable. */
+static int track_accepted(struct vs_sock *listener, int fd, const struct sockaddr *addr,
+                          const socklen_t *len, socklen_t cap)
 {
     if (fd < 0 || !listener) {
         if (fd >= 0)
@@ -92,7 +95,8 @@ static int track_accepted(struct vs_sock *listener, int fd)
     int saved_errno = errno;
     struct vs_sock *s = vs_sock_new(fd, listener->family, listener->type, listener->protocol, NULL);
     if (s) {
-        vs_sock_set_state(s, fd, VS_STATE_CONNECTED);
+        bool whole = addr && len && *len <= cap;
+        vs_sock_accepted(s, fd, listener, whole ? addr : NULL, whole ? *len : 0);
         vs_transports_offer_accept(s, fd);
         vs_fd_set(fd, s);
     }
@@ -106,10 +110,11 @@ VS_EXPORT int accept(int fd, struct sockaddr *addr, socklen_t *len)
     VS_REAL_READY();
     VS_PASS_IF_SANDBOXED(vs_real.accept(fd, addr, len));
     struct vs_sock *s = vs_fd_get(fd);
+    socklen_t cap = addr && len ? *len : 0;
     int r = vs_real.accept(fd, addr, len);
     if (r < 0 && s)
         vs_sock_put(s);
-    return r < 0 ? r : track_accepted(s, r);
+    return r < 0 ? r : track_accepted(s, r, addr, len, cap);
 }
 
 VS_EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
@@ -117,10 +122,11 @@ VS_EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
     VS_REAL_READY();
     VS_PASS_IF_SANDBOXED(vs_real.accept4(fd, addr, len, flags));
     struct vs_sock *s = vs_fd_get(fd);
+    socklen_t cap = addr && len ? *len : 0;
     int r = vs_real.accept4(fd, addr, len, flags);
     if (r < 0 && s)
         vs_sock_put(s);
-    return r < 0 ? r : track_accepted(s, r);
+    return r < 0 ? r : track_accepted(s, r, addr, len, cap);
 }
 
 VS_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
@@ -135,9 +141,9 @@ VS_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
     if (addr && len >= sizeof(sa_family_t) && addr->sa_family == AF_UNSPEC)
         vs_sock_set_state(s, fd, VS_STATE_OPEN); /* a datagram socket dissolving its association */
     else if (r == 0)
-        vs_sock_set_state(s, fd, VS_STATE_CONNECTED);
+        vs_sock_connecting(s, fd, VS_STATE_CONNECTED, addr, len);
     else if (errno == EINPROGRESS)
-        vs_sock_set_state(s, fd, VS_STATE_CONNECTING);
+        vs_sock_connecting(s, fd, VS_STATE_CONNECTING, addr, len);
     if (r == 0 || errno == EINPROGRESS)
         vs_transports_offer_connect(s, fd, addr, len);
     vs_sock_put(s);
