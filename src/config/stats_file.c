@@ -1,4 +1,5 @@
 /* stats_file.c - what the statistics writer and reader share. */
+#include "core/procfile.h"
 #include "config/stats_format.h"
 
 #include <fcntl.h>
@@ -8,20 +9,12 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-/* Raw syscalls: this file is linked into libvsocket, where read() and close()
- * are our own wrappers. */
 uint64_t vs_stats_proc_start_ticks(pid_t pid)
 {
     char path[64], buf[1024];
     snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    int fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    if (vs_read_small_file(path, buf, sizeof(buf)) < 0)
         return 0;
-    ssize_t n = syscall(SYS_read, fd, buf, sizeof(buf) - 1);
-    syscall(SYS_close, fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = '\0';
     /* The command name may contain spaces and parentheses: fields are counted
      * from the last ')'. starttime is field 22; field 3 follows ") ". */
     char *p = strrchr(buf, ')');

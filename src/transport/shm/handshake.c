@@ -20,6 +20,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "core/procfile.h"
 #include "core/reason.h"
 #include "core/clock.h"
 #include "config/config.h"
@@ -224,8 +225,7 @@ static int proof_fd(int chan, int fd)
 {
     struct ucred cred;
     socklen_t len = sizeof(cred);
-    if (vs_real.getsockopt(chan, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 ||
-        cred.uid == geteuid())
+    if (vs_real.getsockopt(chan, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 || cred.uid == geteuid())
         return -1;
     char path[64];
     snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
@@ -245,14 +245,8 @@ static bool fd_is_real(pid_t pid, int fd)
 {
     char path[64], buf[256];
     snprintf(path, sizeof(path), "/proc/%d/fdinfo/%d", (int)pid, fd);
-    int f = (int)syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
-    if (f < 0)
+    if (vs_read_small_file(path, buf, sizeof(buf)) < 0)
         return false;
-    ssize_t n = vs_real.read(f, buf, sizeof(buf) - 1);
-    syscall(SYS_close, f);
-    if (n <= 0)
-        return false;
-    buf[n] = '\0';
     const char *flags = strstr(buf, "flags:");
     return flags && !(strtoul(flags + 6, NULL, 8) & O_PATH);
 }
@@ -544,7 +538,6 @@ static void connector_hello(struct vs_shm_conn *c, int fd, const struct vs_shm_m
     atomic_store(&c->hs, VS_HS_WAIT_READY);
 }
 
-
 static void connector_ready(struct vs_shm_conn *c, const struct vs_shm_msg *m, int *fds, int nfds)
 {
     if (m->type != VS_MSG_READY || nfds != 1) {
@@ -735,8 +728,7 @@ static bool lives(struct vs_shm_conn *c)
 static void start(struct vs_shm_conn *c)
 {
     vs_debug("shm: the set-up starts (%s)", c->accepter ? "accepter" : "connector");
-    c->deadline_ns =
-        vs_now_ns() + (c->accepter ? VS_UPGRADE_ACCEPTER_NS : VS_UPGRADE_CONNECTOR_NS);
+    c->deadline_ns = vs_now_ns() + (c->accepter ? VS_UPGRADE_ACCEPTER_NS : VS_UPGRADE_CONNECTOR_NS);
     if (!c->accepter) {
         int rc = vs_shm_rendezvous_listen(c);
         if (rc < 0) {

@@ -17,6 +17,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "core/procfile.h"
 #include "config/config.h"
 #include "core/fdtable.h"
 #include "interpose/real.h"
@@ -34,19 +35,12 @@ static struct {
 
 static pthread_once_t kernel_once = PTHREAD_ONCE_INIT;
 
-/* Field FIELD (from 0) of the numbers in sysctl file PATH, or 0. Raw system
- * calls: close() is interposed. */
+/* Field FIELD (from 0) of the numbers in sysctl file PATH, or 0. */
 static uint64_t sysctl_field(const char *path, int field)
 {
     char buf[128];
-    int fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    if (vs_read_small_file(path, buf, sizeof(buf)) < 0)
         return 0;
-    ssize_t n = syscall(SYS_read, fd, buf, sizeof(buf) - 1);
-    syscall(SYS_close, fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = '\0';
     char *p = buf;
     unsigned long long v = 0;
     for (int i = 0; i <= field; i++)
