@@ -18,7 +18,9 @@ const char *const vs_config_variables[] = {
     "VSOCKET_TRANSPORTS",   "VSOCKET_LOG_LEVEL",    "VSOCKET_LOG_FILE",    "VSOCKET_STATS",
     "VSOCKET_STATS_DIR",    "VSOCKET_STATS_MAX",    "VSOCKET_FOLLOW_EXEC", "VSOCKET_POLL_US",
     "VSOCKET_SHM_RING_MIN", "VSOCKET_SHM_RING_MAX", "VSOCKET_FD_FLOOR",
-    "VSOCKET_UPGRADE_AFTER_US", "VSOCKET_UPGRADE_AFTER_BYTES", "VSOCKET_SHM_PEERS", NULL,
+    "VSOCKET_UPGRADE_AFTER_US", "VSOCKET_UPGRADE_AFTER_BYTES", "VSOCKET_SHM_PEERS",
+    "VSOCKET_RDMA_RING", "VSOCKET_RDMA_QP_DEPTH", "VSOCKET_RDMA_INLINE",
+    "VSOCKET_RDMA_PEER_CACHE_S", NULL,
 };
 
 void vs_config_defaults(struct vs_config *c)
@@ -37,6 +39,10 @@ void vs_config_defaults(struct vs_config *c)
     c->upgrade_after_us = VS_UPGRADE_AFTER_US_DEFAULT;
     c->upgrade_after_bytes = VS_UPGRADE_AFTER_BYTES_DEFAULT;
     c->peers = VS_PEERS_ANY;
+    c->rdma_ring = VS_RDMA_RING_DEFAULT;
+    c->rdma_qp_depth = VS_RDMA_QP_DEPTH_DEFAULT;
+    c->rdma_inline = VS_RDMA_INLINE_DEFAULT;
+    c->rdma_peer_cache_s = VS_RDMA_PEER_CACHE_S_DEFAULT;
 }
 
 void vs_config_format_transports(unsigned mask, char *out, size_t outlen)
@@ -302,6 +308,23 @@ static void load_shm(struct vs_config *c)
     load_peers(c);
 }
 
+static void load_rdma(struct vs_config *c)
+{
+    load_uint("VSOCKET_RDMA_RING", VS_RDMA_RING_MIN, VS_RDMA_RING_MAX, &c->rdma_ring);
+    /* The ring's offsets wrap by masking. */
+    unsigned long pow2 = VS_RDMA_RING_MIN;
+    while (pow2 < c->rdma_ring)
+        pow2 <<= 1;
+    if (pow2 != c->rdma_ring) {
+        vs_warn("VSOCKET_RDMA_RING (%lu) is not a power of two: using %lu.", c->rdma_ring, pow2);
+        c->rdma_ring = pow2;
+    }
+    load_uint("VSOCKET_RDMA_QP_DEPTH", VS_RDMA_QP_DEPTH_MIN, VS_RDMA_QP_DEPTH_MAX,
+              &c->rdma_qp_depth);
+    load_uint("VSOCKET_RDMA_INLINE", 0, VS_RDMA_INLINE_MAX, &c->rdma_inline);
+    load_uint("VSOCKET_RDMA_PEER_CACHE_S", 0, VS_RDMA_PEER_CACHE_S_MAX, &c->rdma_peer_cache_s);
+}
+
 /* Before the log file, which is one of our descriptors; a bad value is
  * reported once the log is in place. The value, or NULL when it is bad. */
 static const char *load_fd_floor(struct vs_config *c)
@@ -332,4 +355,5 @@ void vs_config_load(struct vs_config *c)
     c->stats_max = (unsigned)stats_max;
     load_bool("VSOCKET_FOLLOW_EXEC", &c->follow_exec);
     load_shm(c);
+    load_rdma(c);
 }

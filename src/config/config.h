@@ -41,6 +41,23 @@
 /* VSOCKET_SHM_PEERS: which peer processes may share rings with us. */
 enum vs_peer_policy { VS_PEERS_ANY, VS_PEERS_SAME_UID, VS_PEERS_LIST };
 #define VS_PEER_UIDS_MAX 16
+/* The rdma transport (docs/configuration.md). VSOCKET_RDMA_RING: the
+ * receive ring of each direction, in registered memory (the sender keeps a
+ * copy of what the peer has not read yet, of the same size). QP_DEPTH: work
+ * requests per queue pair in each queue. INLINE: sends up to this size go
+ * inline in the work request. PEER_CACHE_S: how long a destination that
+ * did not answer the rendezvous is not asked again. Separate settings: the
+ * ring sizes the buffering, the depth the messages in flight. */
+#define VS_RDMA_RING_DEFAULT (256ul << 10)
+#define VS_RDMA_RING_MIN (4ul << 10)
+#define VS_RDMA_RING_MAX (256ul << 20)
+#define VS_RDMA_QP_DEPTH_DEFAULT 256ul
+#define VS_RDMA_QP_DEPTH_MIN 16ul
+#define VS_RDMA_QP_DEPTH_MAX 16384ul
+#define VS_RDMA_INLINE_DEFAULT 64ul
+#define VS_RDMA_INLINE_MAX 1024ul
+#define VS_RDMA_PEER_CACHE_S_DEFAULT 60ul
+#define VS_RDMA_PEER_CACHE_S_MAX 86400ul
 /* VSOCKET_FD_FLOOR: where vsocket's own descriptors go (core/ownfd.h). */
 #define VS_FD_FLOOR_MAX 1048576ul
 
@@ -62,6 +79,10 @@ struct vs_config {
     enum vs_peer_policy peers; /* VSOCKET_SHM_PEERS */
     unsigned peer_uid_count;   /* VS_PEERS_LIST: our own uid is always allowed */
     unsigned peer_uids[VS_PEER_UIDS_MAX];
+    unsigned long rdma_ring;         /* VSOCKET_RDMA_RING, bytes, a power of two */
+    unsigned long rdma_qp_depth;     /* VSOCKET_RDMA_QP_DEPTH */
+    unsigned long rdma_inline;       /* VSOCKET_RDMA_INLINE, bytes */
+    unsigned long rdma_peer_cache_s; /* VSOCKET_RDMA_PEER_CACHE_S */
 };
 
 extern struct vs_config vs_config;

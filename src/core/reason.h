@@ -27,8 +27,19 @@
 #define VS_REASON_DEFERRED "upgrade-deferred"
 /* The shm upgrade is being negotiated; the connection runs on the kernel meanwhile. */
 #define VS_REASON_PENDING "upgrade-pending"
-/* No usable RDMA device (reserved for the rdma transport). */
+/* No usable RDMA device, or rdma_cm cannot be used (rdma_ucm not loaded). */
 #define VS_REASON_NO_RDMA_DEVICE "no-rdma-device"
+/* The rdma transport tried this destination lately and found no vsocket
+ * peer there (VSOCKET_RDMA_PEER_CACHE_S): not asked again. */
+#define VS_REASON_PEER_CACHED "peer-not-vsocket-cached"
+/* A process forked by one that used RDMA cannot use it (librdmacm's state
+ * is its parent's): its connections stay on TCP. */
+#define VS_REASON_RDMA_FORKED "rdma-after-fork"
+/* The connection left RDMA because the process forked (registered memory
+ * and queue pairs do not follow into the child). */
+#define VS_REASON_LEFT_BY_FORK "left-by-fork"
+/* The queue pair failed, or the device went away: the connection ended. */
+#define VS_REASON_RDMA_ERROR "rdma-error"
 /* The program closed or replaced a descriptor the connection's side channel
  * used (a daemon closing everything, dup2 onto a number): back to TCP. */
 #define VS_REASON_FD_TAKEN "fd-taken"

@@ -1,10 +1,11 @@
 /* registry.c - the transports built into the library, and the calls that
  * concern all of them. The only place that names a transport's table. */
 #include "core/sock.h"
+#include "transport/rdma/ops.h"
 #include "transport/shm/ops.h"
 #include "transport/transport.h"
 
-static const struct vs_transport_ops *const table[] = {&vs_shm_ops};
+static const struct vs_transport_ops *const table[] = {&vs_shm_ops, &vs_rdma_ops};
 
 #define COUNT (sizeof(table) / sizeof(table[0]))
 

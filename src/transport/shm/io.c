@@ -27,87 +27,25 @@
 #include "transport/shm/shm.h"
 #include "transport/shm/shm_internal.h"
 #include "transport/shm/sizing.h"
+#include "transport/stream_io.h"
 
 #define NO_LIMIT VS_STREAM_NO_LIMIT
 
-static size_t iov_total(const struct iovec *iov, size_t cnt)
-{
-    size_t t = 0;
-    for (size_t i = 0; i < cnt; i++)
-        t += iov[i].iov_len;
-    return t;
-}
 
-/* OUT = the part of IN after SKIP bytes, at most LIMIT long. */
-static int iov_window(const struct iovec *in, int cnt, size_t skip, uint64_t limit,
-                      struct iovec *out)
-{
-    int n = 0;
-    for (int i = 0; i < cnt && limit > 0; i++) {
-        size_t len = in[i].iov_len;
-        if (skip >= len) {
-            skip -= len;
-            continue;
-        }
-        size_t take = len - skip;
-        if (take > limit)
-            take = (size_t)limit;
-        out[n].iov_base = (char *)in[i].iov_base + skip;
-        out[n].iov_len = take;
-        n++;
-        limit -= take;
-        skip = 0;
-    }
-    return n;
-}
 
-static bool fd_nonblocking(int fd)
-{
-    long fl = syscall(SYS_fcntl, fd, F_GETFL);
-    return fl >= 0 && (fl & O_NONBLOCK);
-}
 
-/* A timeout option as nanoseconds; -1 when none. */
-static long sock_timeout_ns(int fd, int opt)
-{
-    struct timeval tv = {0, 0};
-    socklen_t len = sizeof(tv);
-    if (vs_real.getsockopt(fd, SOL_SOCKET, opt, &tv, &len) < 0 || (!tv.tv_sec && !tv.tv_usec))
-        return -1;
-    return tv.tv_sec * 1000000000L + tv.tv_usec * 1000L;
-}
 
-/* State of one blocking call: its deadline, known once it first blocks. */
-struct blocking {
-    int opt; /* SO_RCVTIMEO or SO_SNDTIMEO */
-    bool started;
-    long timeout_ns, deadline;
-};
 
-static void raise_sigpipe(int flags)
-{
-    if (!(flags & MSG_NOSIGNAL))
-        syscall(SYS_tgkill, getpid(), (pid_t)syscall(SYS_gettid), SIGPIPE);
-}
 
-/* What the kernel says of the TCP socket once the data moved to the rings:
- * 1 bytes waiting (REVERT, or a protocol violation), 0 end of stream (the
- * peer is gone), -errno (reset), -EAGAIN nothing. */
-static int tcp_peek(int fd)
-{
-    char b;
-    ssize_t n = vs_real.recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-    return n > 0 ? 1 : n == 0 ? 0 : -errno;
-}
 
 /* Sleeps until the ring of our role may have changed, the side channel has
  * news or the TCP socket an event. 0, -EINTR or -ETIMEDOUT. */
 static int sleep_on(struct vs_shm_conn *c, int fd, struct vs_ring *ring, short tcp_events,
-                    struct blocking *b)
+                    struct vs_blocking *b)
 {
     if (!b->started) {
         b->started = true;
-        b->timeout_ns = sock_timeout_ns(fd, b->opt);
+        b->timeout_ns = vs_sock_timeout_ns(fd, b->opt);
         b->deadline = b->timeout_ns < 0 ? -1 : vs_now_ns() + b->timeout_ns;
     }
     bool want_data = ring && ring->role == VS_RING_CONSUMER;
@@ -158,31 +96,7 @@ static int sleep_on(struct vs_shm_conn *c, int fd, struct vs_ring *ring, short t
     return 0;
 }
 
-/* After a wait failed: whether the call goes on (a signal whose handler
- * asked for restarts, as the kernel would), else the errno to return. */
-static int wait_failed(int rc, const struct blocking *b)
-{
-    if (rc == -ETIMEDOUT)
-        return EAGAIN;
-    if (b->timeout_ns < 0 && vs_signals_restart())
-        return 0;
-    return EINTR;
-}
 
-/* Receive side, TCP phase: reads at most LIMIT bytes without blocking. */
-static ssize_t tcp_read(int fd, struct msghdr *msg, socklen_t namelen, size_t skip, uint64_t limit,
-                        int flags)
-{
-    struct iovec win[msg->msg_iovlen ? msg->msg_iovlen : 1];
-    struct msghdr m = *msg;
-    m.msg_namelen = namelen;
-    m.msg_iov = win;
-    m.msg_iovlen = (size_t)iov_window(msg->msg_iov, (int)msg->msg_iovlen, skip, limit, win);
-    ssize_t n = vs_real.recvmsg(fd, &m, (flags & ~MSG_WAITALL) | MSG_DONTWAIT);
-    msg->msg_flags = m.msg_flags;
-    msg->msg_namelen = m.msg_namelen;
-    return n;
-}
 
 /* Receive side, ring phase, nothing in the ring: the peer's end of stream,
  * its death, or its return to TCP. 1 read TCP now, 0 end of stream,
@@ -199,7 +113,7 @@ static int ring_empty(struct vs_shm_conn *c, int fd)
         return -ECONNRESET;
     if (!atomic_exchange(&c->tcp_event, false))
         return -EAGAIN;
-    int t = tcp_peek(fd);
+    int t = vs_tcp_peek(fd);
     if (t == -EAGAIN)
         return -EAGAIN;
     atomic_store(&c->tcp_event, true); /* still true next time */
@@ -230,12 +144,12 @@ ssize_t vs_shm_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags)
     if (!vs_shm_active(c))
         return vs_real.recvmsg(fd, msg, flags);
     vs_shm_revert_if_asked(c, fd);
-    size_t want = iov_total(msg->msg_iov, msg->msg_iovlen);
+    size_t want = vs_iov_total(msg->msg_iov, msg->msg_iovlen);
     if (want == 0 || (flags & MSG_OOB))
         return vs_real.recvmsg(fd, msg, flags);
     bool nonblock = (flags & MSG_DONTWAIT) != 0;
     size_t target = (flags & MSG_WAITALL) && !(flags & MSG_PEEK) ? want : 1;
-    struct blocking b = {.opt = SO_RCVTIMEO};
+    struct vs_blocking b = {.opt = SO_RCVTIMEO};
     size_t total = 0;
     int err = 0;
     msg->msg_flags = 0;
@@ -254,7 +168,7 @@ ssize_t vs_shm_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags)
             }
             if (limit == 0)
                 continue; /* the switch point: the ring from now on */
-            n = tcp_read(fd, msg, namelen, total, limit, flags);
+            n = vs_tcp_read(fd, msg, namelen, total, limit, flags);
             if (n > 0) {
                 if (!(flags & MSG_PEEK))
                     c->st.tcp_rx += (uint64_t)n;
@@ -282,7 +196,7 @@ ssize_t vs_shm_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags)
             }
         } else {
             struct iovec win[msg->msg_iovlen];
-            int cnt = iov_window(msg->msg_iov, (int)msg->msg_iovlen, total, NO_LIMIT, win);
+            int cnt = vs_iov_window(msg->msg_iov, (int)msg->msg_iovlen, total, NO_LIMIT, win);
             n = vs_ring_read(&c->rx, win, cnt, (flags & MSG_PEEK) ? VS_RING_PEEK : 0);
             if (n > 0) {
                 if (!(flags & MSG_PEEK) && vs_ring_producer_sleeping(&c->rx))
@@ -315,13 +229,13 @@ ssize_t vs_shm_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags)
         /* Nothing more for now. */
         if (total > 0 && total >= target)
             break;
-        if (nonblock || fd_nonblocking(fd)) {
+        if (nonblock || vs_fd_nonblocking(fd)) {
             err = total ? 0 : EAGAIN;
             break;
         }
         bool ring = vs_shm_rx_on_ring(c);
         int rc = sleep_on(c, fd, ring ? &c->rx : NULL, POLLIN | POLLRDHUP, &b);
-        if (rc < 0 && (err = wait_failed(rc, &b)) != 0)
+        if (rc < 0 && (err = vs_wait_failed(rc, &b)) != 0)
             break;
     }
     vs_plock_unlock(&c->rx_lock);
@@ -411,12 +325,12 @@ static bool room_soon(struct vs_ring *r)
 static ssize_t ring_send(struct vs_shm_conn *c, int fd, const struct iovec *iov, int iovcnt,
                          int flags)
 {
-    size_t want = iov_total(iov, (size_t)iovcnt), total = 0;
+    size_t want = vs_iov_total(iov, (size_t)iovcnt), total = 0;
     bool nonblock = (flags & MSG_DONTWAIT) != 0, grow = false;
-    struct blocking b = {.opt = SO_SNDTIMEO};
+    struct vs_blocking b = {.opt = SO_SNDTIMEO};
     struct iovec win[iovcnt ? iovcnt : 1];
     while (total < want) {
-        int cnt = iov_window(iov, iovcnt, total, NO_LIMIT, win);
+        int cnt = vs_iov_window(iov, iovcnt, total, NO_LIMIT, win);
         uint64_t head_before = c->tx.pos;
         ssize_t n = vs_ring_write(&c->tx, win, cnt, grow ? 0 : VS_RING_NO_GROW);
         grow = false;
@@ -449,7 +363,7 @@ static ssize_t ring_send(struct vs_shm_conn *c, int fd, const struct iovec *iov,
             vs_debug("ring_send: EPIPE from ring (reader_closed=%d)", vs_ring_peer_closed(&c->tx));
             if (total)
                 break;
-            raise_sigpipe(flags);
+            vs_raise_sigpipe(flags);
             return -EPIPE;
         }
         if (n == -EPROTO)
@@ -459,7 +373,7 @@ static ssize_t ring_send(struct vs_shm_conn *c, int fd, const struct iovec *iov,
         /* Full. A peer that died (SIGKILL) never drains it, and only its
          * side channel's hang-up says so: a blocking sender hears it in
          * sleep_on(), a non-blocking one must look. */
-        bool nonblocking = nonblock || fd_nonblocking(fd);
+        bool nonblocking = nonblock || vs_fd_nonblocking(fd);
         if (nonblocking)
             vs_shm_progress(c, fd);
         /* The peer's end of TCP may be shut for writing since before our
@@ -470,14 +384,14 @@ static ssize_t ring_send(struct vs_shm_conn *c, int fd, const struct iovec *iov,
             vs_debug("ring_send: side channel gone");
             if (total)
                 break;
-            raise_sigpipe(flags);
+            vs_raise_sigpipe(flags);
             return -EPIPE;
         }
         if (nonblocking)
             return total ? (ssize_t)total : -EAGAIN;
         int rc = sleep_on(c, fd, &c->tx, 0, &b);
         if (rc < 0) {
-            int e = wait_failed(rc, &b);
+            int e = vs_wait_failed(rc, &b);
             if (e)
                 return total ? (ssize_t)total : -e;
         }
@@ -488,7 +402,7 @@ static ssize_t ring_send(struct vs_shm_conn *c, int fd, const struct iovec *iov,
             if (err) {
                 if (total)
                     break;
-                raise_sigpipe(flags);
+                vs_raise_sigpipe(flags);
                 return -err;
             }
         }
@@ -575,7 +489,7 @@ ssize_t vs_shm_sendfile(struct vs_sock *s, int fd, int in_fd, off_t *offset, siz
         size_t chunk = count - total < sizeof(buf) ? count - total : sizeof(buf);
         if (room > 0 && (size_t)room < chunk)
             chunk = (size_t)room;
-        if (room <= 0 && fd_nonblocking(fd)) {
+        if (room <= 0 && vs_fd_nonblocking(fd)) {
             rc = total ? 0 : -EAGAIN;
             break;
         }
@@ -605,7 +519,7 @@ ssize_t vs_shm_sendfile(struct vs_sock *s, int fd, int in_fd, off_t *offset, siz
         return (ssize_t)total;
     if (rc < 0) {
         if (rc == -EPIPE)
-            raise_sigpipe(0);
+            vs_raise_sigpipe(0);
         errno = (int)-rc;
         return -1;
     }

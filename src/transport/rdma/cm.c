@@ -1,0 +1,479 @@
+/* cm.c - the rendezvous of the two ends over rdma_cm, and their proofs
+ * (proto.h, proof.h).
+ *
+ * Like shm's, the set-up advances only at calls of the program (and as
+ * rdma_cm events arrive, read at those calls): the connector listens on its
+ * TCP address in rdma_cm's port space, the accepter calls it, at most once
+ * per VS_RDMA_RETRY_NS until the connector answers or is found silent
+ * (transport/upgrade.h). */
+#include <errno.h>
+#include <string.h>
+
+#include "config/config.h"
+#include "config/log.h"
+#include "core/clock.h"
+#include "core/reason.h"
+#include "transport/rdma/conn.h"
+#include "transport/rdma/rdma.h"
+
+/* An accepter calls a connector that did not answer again after this. */
+#define VS_RDMA_RETRY_NS 10000000L
+/* rdma_cm's address and route resolution limits, in ms. */
+#define RESOLVE_MS 2000
+
+static const struct sockaddr_storage *connector_addr(struct vs_rdma_conn *c)
+{
+    return c->accepter ? &c->peer : &c->local;
+}
+
+static const struct sockaddr_storage *accepter_addr(struct vs_rdma_conn *c)
+{
+    return c->accepter ? &c->local : &c->peer;
+}
+
+static void destroy_id(struct rdma_cm_id **id)
+{
+    if (*id) {
+        rdma_destroy_id(*id);
+        *id = NULL;
+    }
+}
+
+/* The verbs resources and ids go; the state stays. (ctl) */
+static void drop_link(struct vs_rdma_conn *c)
+{
+    if (c->id)
+        rdma_disconnect(c->id);
+    vs_rdma_verbs_teardown(c);
+    destroy_id(&c->id);
+}
+
+static void fail(struct vs_rdma_conn *c, const char *reason)
+{
+    drop_link(c);
+    destroy_id(&c->listen_id);
+    vs_rdma_proof_wipe(&c->proof);
+    vs_rdma_conn_fail(c, reason);
+}
+
+static bool same_ip(const struct sockaddr *a, const struct sockaddr_storage *b)
+{
+    if (!a || a->sa_family != b->ss_family)
+        return false;
+    if (a->sa_family == AF_INET)
+        return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
+               ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+    return memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+                  &((const struct sockaddr_in6 *)b)->sin6_addr, sizeof(struct in6_addr)) == 0;
+}
+
+static struct rdma_conn_param conn_param(const void *pdata, size_t len)
+{
+    struct rdma_conn_param p = {
+        .private_data = pdata,
+        .private_data_len = (uint8_t)len,
+        .responder_resources = 1,
+        .initiator_depth = 1,
+        .retry_count = 7,
+        /* 7: the peer not ready to receive is retried for good; its
+         * receive buffers come back as it polls. */
+        .rnr_retry_count = 7,
+    };
+    return p;
+}
+
+/* ---------------------------------------------------------------- accepter */
+
+static void retry_later(struct vs_rdma_conn *c)
+{
+    drop_link(c);
+    c->next_try_ns = vs_now_ns() + VS_RDMA_RETRY_NS;
+    atomic_store(&c->hs, VS_RDMA_RETRY);
+}
+
+static void accepter_call(struct vs_rdma_conn *c)
+{
+    struct rdma_event_channel *ch;
+    const char *why = NULL;
+    if (!(ch = vs_rdma_dev_channel(&why)))
+        return fail(c, why);
+    if (rdma_create_id(ch, &c->id, c, RDMA_PS_TCP) < 0)
+        return fail(c, VS_REASON_NO_RESOURCES);
+    struct sockaddr_storage src = c->local;
+    if (src.ss_family == AF_INET)
+        ((struct sockaddr_in *)&src)->sin_port = 0;
+    else
+        ((struct sockaddr_in6 *)&src)->sin6_port = 0;
+    if (rdma_resolve_addr(c->id, (struct sockaddr *)&src, (struct sockaddr *)&c->peer,
+                          RESOLVE_MS) < 0) {
+        vs_debug("rdma: rdma_resolve_addr: %s", strerror(errno));
+        return fail(c, VS_REASON_NO_RDMA_DEVICE);
+    }
+    atomic_store(&c->hs, VS_RDMA_RESOLVE);
+}
+
+static void accepter_route(struct vs_rdma_conn *c)
+{
+    if (rdma_resolve_route(c->id, RESOLVE_MS) < 0)
+        retry_later(c);
+}
+
+static void accepter_connect(struct vs_rdma_conn *c)
+{
+    int rc = vs_rdma_verbs_setup(c, c->id);
+    if (rc < 0) {
+        vs_info("rdma: cannot set up a queue pair: %s", strerror(-rc));
+        return fail(c, VS_REASON_NO_RESOURCES);
+    }
+    struct vs_rdma_proof *p = &c->proof;
+    p->nonce_a = vs_rdma_nonce();
+    p->a_tx = __atomic_load_n(&c->st.tcp_tx, __ATOMIC_RELAXED);
+    p->a_rx = __atomic_load_n(&c->st.tcp_rx, __ATOMIC_RELAXED);
+    struct vs_rdma_req req = {.magic = VS_RDMA_MAGIC,
+                              .version = VS_RDMA_VERSION,
+                              .nonce = p->nonce_a,
+                              .tx = p->a_tx,
+                              .rx = p->a_rx};
+    struct rdma_conn_param param = conn_param(&req, sizeof(req));
+    if (rdma_connect(c->id, &param) < 0)
+        return retry_later(c);
+    atomic_store(&c->hs, VS_RDMA_CONNECT);
+}
+
+static void fill_ring_msg(struct vs_rdma_conn *c, struct vs_rdma_msg *m)
+{
+    m->rkey = c->rx.mr->rkey;
+    m->a = (uintptr_t)c->rx.mem;
+    m->b = c->rx_size;
+    m->credit_addr = (uintptr_t)c->credit.mem;
+    m->credit_rkey = c->credit.mr->rkey;
+}
+
+/* The connector's answer: check its proof, then give ours and our ring. */
+static void accepter_established(struct vs_rdma_conn *c, const struct vs_rdma_event *e)
+{
+    struct vs_rdma_rep rep;
+    if (e->pdata_len < sizeof(rep))
+        return fail(c, VS_REASON_HANDSHAKE_MALFORMED);
+    memcpy(&rep, e->pdata, sizeof(rep));
+    if (rep.magic != VS_RDMA_MAGIC || rep.version != VS_RDMA_VERSION)
+        return fail(c, VS_REASON_HANDSHAKE_MALFORMED);
+    struct vs_rdma_proof *p = &c->proof;
+    p->nonce_c = rep.nonce;
+    p->c_tx = rep.tx;
+    p->c_rx = rep.rx;
+    uint8_t want[VS_SHA256_LEN];
+    vs_rdma_proof_mac(p, true, false, connector_addr(c), accepter_addr(c), want);
+    if (vs_rdma_proof_covered(p) == 0 || !vs_equal_ct(want, rep.mac, sizeof(want))) {
+        vs_info("rdma: the process that answered cannot prove it holds the peer socket");
+        return fail(c, VS_REASON_PEER_PROOF_FAILED);
+    }
+    if (vs_rdma_expose(c) < 0)
+        return fail(c, VS_REASON_NO_RESOURCES);
+    struct vs_rdma_msg m = {.type = VS_RDMA_MSG_PROOF};
+    vs_rdma_proof_mac(p, true, true, connector_addr(c), accepter_addr(c), m.mac);
+    fill_ring_msg(c, &m);
+    if (vs_rdma_post_msg(c, &m) < 0)
+        return fail(c, VS_REASON_NO_RESOURCES);
+    vs_upgrade_messages(&c->up);
+    atomic_store(&c->hs, VS_RDMA_WAIT_RING);
+}
+
+static void accepter_rejected(struct vs_rdma_conn *c, const struct vs_rdma_event *e)
+{
+    struct vs_rdma_rep rep;
+    if (e->pdata_len >= sizeof(rep)) {
+        memcpy(&rep, e->pdata, sizeof(rep));
+        if (rep.magic == VS_RDMA_MAGIC && (rep.code == VS_RDMA_REJECT_ADDRESS ||
+                                           rep.code == VS_RDMA_REJECT_DECLINE))
+            return fail(c, VS_REASON_DECLINED_BY_PEER);
+    }
+    /* Nobody listens there yet (or a caller is being checked): later. */
+    retry_later(c);
+}
+
+/* --------------------------------------------------------------- connector */
+
+static void connector_listen(struct vs_rdma_conn *c)
+{
+    struct rdma_event_channel *ch;
+    const char *why = NULL;
+    if (!(ch = vs_rdma_dev_channel(&why)))
+        return fail(c, why);
+    if (rdma_create_id(ch, &c->listen_id, c, RDMA_PS_TCP) < 0)
+        return fail(c, VS_REASON_NO_RESOURCES);
+    if (rdma_bind_addr(c->listen_id, (struct sockaddr *)&c->local) < 0) {
+        int err = errno;
+        /* No device on our address: RDMA cannot reach us here. */
+        vs_info("rdma: cannot listen on the connection's address: %s", strerror(err));
+        return fail(c, err == EADDRINUSE ? VS_REASON_RENDEZVOUS_UNAVAILABLE
+                                         : VS_REASON_NO_RDMA_DEVICE);
+    }
+    if (rdma_listen(c->listen_id, 4) < 0)
+        return fail(c, VS_REASON_RENDEZVOUS_UNAVAILABLE);
+    atomic_store(&c->hs, VS_RDMA_LISTEN);
+}
+
+static void reject(struct rdma_cm_id *id, uint16_t code)
+{
+    struct vs_rdma_rep rep = {.magic = VS_RDMA_MAGIC, .version = VS_RDMA_VERSION, .code = code};
+    rdma_reject(id, &rep, sizeof(rep));
+    rdma_destroy_id(id);
+}
+
+static void connector_request(struct vs_rdma_conn *c, const struct vs_rdma_event *e)
+{
+    struct vs_rdma_req req;
+    if (atomic_load(&c->hs) != VS_RDMA_LISTEN)
+        return reject(e->id, VS_RDMA_REJECT_BUSY);
+    /* Only our TCP peer's host may call: a third host would need to forge
+     * its address on the fabric (docs/design/rdma-transport.md). */
+    if (!same_ip(rdma_get_peer_addr(e->id), &c->peer)) {
+        vs_info("rdma: a call from another address than our TCP peer's: refused");
+        return reject(e->id, VS_RDMA_REJECT_ADDRESS);
+    }
+    if (e->pdata_len < sizeof(req))
+        return reject(e->id, VS_RDMA_REJECT_DECLINE);
+    memcpy(&req, e->pdata, sizeof(req));
+    if (req.magic != VS_RDMA_MAGIC || req.version != VS_RDMA_VERSION)
+        return reject(e->id, VS_RDMA_REJECT_DECLINE);
+    struct vs_rdma_proof *p = &c->proof;
+    p->nonce_a = req.nonce;
+    p->a_tx = req.tx;
+    p->a_rx = req.rx;
+    p->nonce_c = vs_rdma_nonce();
+    p->c_tx = __atomic_load_n(&c->st.tcp_tx, __ATOMIC_RELAXED);
+    p->c_rx = __atomic_load_n(&c->st.tcp_rx, __ATOMIC_RELAXED);
+    if (vs_rdma_proof_covered(p) == 0)
+        return reject(e->id, VS_RDMA_REJECT_NOT_YET);
+    int rc = vs_rdma_verbs_setup(c, e->id);
+    if (rc < 0) {
+        vs_info("rdma: cannot set up a queue pair: %s", strerror(-rc));
+        vs_rdma_verbs_teardown(c);
+        reject(e->id, VS_RDMA_REJECT_DECLINE);
+        return fail(c, VS_REASON_NO_RESOURCES);
+    }
+    struct vs_rdma_rep rep = {.magic = VS_RDMA_MAGIC,
+                              .version = VS_RDMA_VERSION,
+                              .nonce = p->nonce_c,
+                              .tx = p->c_tx,
+                              .rx = p->c_rx};
+    vs_rdma_proof_mac(p, false, false, connector_addr(c), accepter_addr(c), rep.mac);
+    struct rdma_conn_param param = conn_param(&rep, sizeof(rep));
+    c->id = e->id;
+    if (rdma_accept(c->id, &param) < 0) {
+        vs_rdma_verbs_teardown(c);
+        destroy_id(&c->id);
+        return; /* still listening */
+    }
+    vs_upgrade_messages(&c->up);
+    atomic_store(&c->hs, VS_RDMA_ACCEPT);
+}
+
+/* The peer's ring: where our writes go. The send copy has its size. */
+static int attach_peer(struct vs_rdma_conn *c, const struct vs_rdma_msg *m)
+{
+    if (m->b < VS_RDMA_RING_MIN || m->b > VS_RDMA_RING_MAX || (m->b & (m->b - 1)))
+        return -EPROTO;
+    c->peer_ring_addr = m->a;
+    c->peer_ring_rkey = m->rkey;
+    c->peer_credit_addr = m->credit_addr;
+    c->peer_credit_rkey = m->credit_rkey;
+    c->tx_size = m->b;
+    return vs_rdma_alloc_tx(c);
+}
+
+static void done(struct vs_rdma_conn *c)
+{
+    vs_rdma_proof_wipe(&c->proof);
+    destroy_id(&c->listen_id);
+    atomic_store(&c->hs, VS_RDMA_DONE);
+    vs_debug("rdma: connection on %s (rings of %lu and %lu bytes)", c->device,
+             (unsigned long)c->rx_size, (unsigned long)c->tx_size);
+}
+
+/* The accepter's proof and ring arrived. (ctl) */
+static void connector_proof(struct vs_rdma_conn *c, const struct vs_rdma_msg *m)
+{
+    uint8_t want[VS_SHA256_LEN];
+    vs_rdma_proof_mac(&c->proof, false, true, connector_addr(c), accepter_addr(c), want);
+    if (m->type != VS_RDMA_MSG_PROOF || !vs_equal_ct(want, m->mac, sizeof(want))) {
+        vs_info("rdma: the caller cannot prove it holds the peer socket: refused");
+        return fail(c, VS_REASON_PEER_PROOF_FAILED);
+    }
+    if (vs_rdma_expose(c) < 0 || attach_peer(c, m) < 0)
+        return fail(c, VS_REASON_NO_RESOURCES);
+    struct vs_rdma_msg ring = {.type = VS_RDMA_MSG_RING};
+    fill_ring_msg(c, &ring);
+    if (vs_rdma_post_msg(c, &ring) < 0)
+        return fail(c, VS_REASON_NO_RESOURCES);
+    done(c);
+}
+
+static void accepter_ring(struct vs_rdma_conn *c, const struct vs_rdma_msg *m)
+{
+    if (m->type != VS_RDMA_MSG_RING || attach_peer(c, m) < 0)
+        return fail(c, VS_REASON_HANDSHAKE_MALFORMED);
+    done(c);
+}
+
+/* ------------------------------------------------------------------ events */
+
+void vs_rdma_on_cm_event(struct vs_rdma_conn *c, const struct vs_rdma_event *e)
+{
+    pthread_mutex_lock(&c->ctl_lock);
+    int hs = atomic_load(&c->hs);
+    bool mine = e->id == c->id;
+    switch (e->type) {
+    case RDMA_CM_EVENT_CONNECT_REQUEST:
+        connector_request(c, e);
+        break;
+    case RDMA_CM_EVENT_ADDR_RESOLVED:
+        if (mine && hs == VS_RDMA_RESOLVE)
+            accepter_route(c);
+        break;
+    case RDMA_CM_EVENT_ROUTE_RESOLVED:
+        if (mine && hs == VS_RDMA_RESOLVE)
+            accepter_connect(c);
+        break;
+    case RDMA_CM_EVENT_ADDR_ERROR:
+    case RDMA_CM_EVENT_ROUTE_ERROR:
+    case RDMA_CM_EVENT_UNREACHABLE:
+    case RDMA_CM_EVENT_CONNECT_ERROR:
+        if (mine && (hs == VS_RDMA_RESOLVE || hs == VS_RDMA_CONNECT))
+            retry_later(c);
+        else if (mine && hs == VS_RDMA_ACCEPT)
+            fail(c, VS_REASON_DECLINED_BY_PEER);
+        break;
+    case RDMA_CM_EVENT_REJECTED:
+        if (mine && hs == VS_RDMA_CONNECT)
+            accepter_rejected(c, e);
+        break;
+    case RDMA_CM_EVENT_ESTABLISHED:
+        if (mine && hs == VS_RDMA_CONNECT)
+            accepter_established(c, e);
+        break;
+    case RDMA_CM_EVENT_DISCONNECTED:
+    case RDMA_CM_EVENT_DEVICE_REMOVAL:
+        if (mine) {
+            if (hs == VS_RDMA_DONE) {
+                atomic_store(&c->peer_gone, true);
+                if (e->type == RDMA_CM_EVENT_DEVICE_REMOVAL)
+                    atomic_store(&c->broken, true);
+            } else if (hs != VS_RDMA_FAILED) {
+                fail(c, VS_REASON_DECLINED_BY_PEER);
+            }
+        }
+        break;
+    default:
+        break;
+    }
+    vs_rdma_bump(c);
+    pthread_mutex_unlock(&c->ctl_lock);
+}
+
+/* A message arrived while the CQ was polled: set-up messages wait for the
+ * set-up (under ctl); stream messages act at once. (qp_lock) */
+void vs_rdma_on_msg(struct vs_rdma_conn *c, const struct vs_rdma_msg *m)
+{
+    switch (m->type) {
+    case VS_RDMA_MSG_PROOF:
+    case VS_RDMA_MSG_RING:
+        if (!atomic_load(&c->setup_msg_in)) {
+            c->setup_msg = *m;
+            atomic_store_explicit(&c->setup_msg_in, true, memory_order_release);
+        }
+        break;
+    case VS_RDMA_MSG_SWITCH:
+        vs_stream_peer_switched(&c->st, m->a);
+        break;
+    case VS_RDMA_MSG_SHUT:
+        if (!atomic_load(&c->rx_shut_known)) {
+            c->rx_shut_at = m->a;
+            atomic_store_explicit(&c->rx_shut_known, true, memory_order_release);
+        }
+        break;
+    case VS_RDMA_MSG_REVERT:
+        vs_stream_peer_reverted(&c->st, m->a, m->b);
+        break;
+    case VS_RDMA_MSG_CREDIT_REQ:
+        atomic_store(&c->peer_waits, true);
+        break;
+    default:
+        atomic_store(&c->st.violated, true);
+        break;
+    }
+    vs_rdma_bump(c);
+}
+
+/* --------------------------------------------------------------- progress */
+
+/* Nobody answered in time: a peer without vsocket (remembered), or one
+ * that closed already. */
+static void no_answer(struct vs_rdma_conn *c)
+{
+    vs_rdma_peer_cache_remember(c->accepter, &c->peer);
+    fail(c, VS_REASON_PEER_NOT_VSOCKET);
+}
+
+static void start(struct vs_rdma_conn *c)
+{
+    vs_upgrade_start(&c->up, c->accepter ? VS_UPGRADE_ACCEPTER_NS : VS_UPGRADE_CONNECTOR_NS);
+    vs_debug("rdma: the set-up starts (%s)", c->accepter ? "accepter" : "connector");
+    if (c->accepter)
+        accepter_call(c);
+    else
+        connector_listen(c);
+}
+
+void vs_rdma_progress(struct vs_rdma_conn *c, int fd)
+{
+    if (!vs_rdma_active(c) || vs_rdma_done(c))
+        return;
+    if (atomic_load(&c->hs) == VS_RDMA_YOUNG && !vs_upgrade_lives(&c->up, &c->st))
+        return;
+    /* Events first, outside our lock (dev.c takes it per event). */
+    vs_rdma_dev_events();
+    if (pthread_mutex_trylock(&c->ctl_lock) != 0)
+        return;
+    int hs = atomic_load(&c->hs);
+    if (hs == VS_RDMA_YOUNG)
+        start(c);
+    hs = atomic_load(&c->hs);
+    if (hs == VS_RDMA_ACCEPT || hs == VS_RDMA_WAIT_RING) {
+        vs_rdma_poll(c);
+        if (atomic_load_explicit(&c->setup_msg_in, memory_order_acquire)) {
+            struct vs_rdma_msg m = c->setup_msg;
+            if (hs == VS_RDMA_ACCEPT)
+                connector_proof(c, &m);
+            else
+                accepter_ring(c, &m);
+        } else if (atomic_load(&c->broken) || vs_now_ns() > c->up.deadline_ns + VS_UPGRADE_GRACE_NS) {
+            fail(c, VS_REASON_HANDSHAKE_TIMEOUT);
+        }
+    } else if (hs == VS_RDMA_RETRY || hs == VS_RDMA_LISTEN) {
+        if (vs_upgrade_peer_silent(&c->up, &c->st, fd))
+            no_answer(c);
+        else if (hs == VS_RDMA_RETRY && vs_now_ns() >= c->next_try_ns)
+            accepter_call(c);
+    } else if ((hs == VS_RDMA_RESOLVE || hs == VS_RDMA_CONNECT) &&
+               vs_now_ns() > c->up.deadline_ns + VS_UPGRADE_GIVE_UP_NS) {
+        fail(c, VS_REASON_HANDSHAKE_TIMEOUT);
+    }
+    if (atomic_load(&c->hs) != hs)
+        vs_rdma_bump(c);
+    pthread_mutex_unlock(&c->ctl_lock);
+}
+
+int vs_rdma_event_fd(struct vs_rdma_conn *c)
+{
+    return vs_rdma_done(c) && c->channel ? c->channel->fd : -1;
+}
+
+/* A credit immediate: the peer read some of our data (the word says how
+ * far); a sender waiting for space looks again. (qp_lock) */
+void vs_rdma_on_credit(struct vs_rdma_conn *c)
+{
+    atomic_store(&c->credit_asked, false);
+    vs_rdma_bump(c);
+}

@@ -1,0 +1,124 @@
+/* conn.c - a connection's RDMA state: creation, failure, this process's
+ * list of them. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/clock.h"
+#include "interpose/real.h"
+#include "transport/rdma/conn.h"
+#include "transport/rdma/dev.h"
+
+static pthread_mutex_t list_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct vs_rdma_conn *list;
+
+static void list_add(struct vs_rdma_conn *c)
+{
+    pthread_mutex_lock(&list_lock);
+    c->next = list;
+    if (list)
+        list->prev = c;
+    list = c;
+    pthread_mutex_unlock(&list_lock);
+}
+
+static void list_del(struct vs_rdma_conn *c)
+{
+    pthread_mutex_lock(&list_lock);
+    if (c->prev)
+        c->prev->next = c->next;
+    else if (list == c)
+        list = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    c->next = c->prev = NULL;
+    pthread_mutex_unlock(&list_lock);
+}
+
+struct vs_rdma_conn *vs_rdma_conn_new(struct vs_sock *s, bool accepter, int fd,
+                                      const struct sockaddr *peer, socklen_t len)
+{
+    struct vs_rdma_conn *c = calloc(1, sizeof(*c));
+    if (!c)
+        return NULL;
+    pthread_mutex_init(&c->ctl_lock, NULL);
+    pthread_mutex_init(&c->tx_lock, NULL);
+    pthread_mutex_init(&c->rx_lock, NULL);
+    pthread_mutex_init(&c->qp_lock, NULL);
+    c->accepter = accepter;
+    vs_upgrade_init(&c->up);
+    socklen_t llen = sizeof(c->local), plen = sizeof(c->peer);
+    if (peer && len <= sizeof(c->peer))
+        memcpy(&c->peer, peer, len);
+    if (s->have_addrs) {
+        c->local = s->local;
+        if (!peer)
+            c->peer = s->peer;
+    } else if (vs_real.getsockname(fd, (void *)&c->local, &llen) < 0 ||
+               (!peer && vs_real.getpeername(fd, (void *)&c->peer, &plen) < 0)) {
+        free(c);
+        return NULL;
+    }
+    if (c->peer.ss_family != AF_INET && c->peer.ss_family != AF_INET6) {
+        free(c);
+        return NULL;
+    }
+    atomic_store(&c->hs, VS_RDMA_YOUNG);
+    list_add(c);
+    return c;
+}
+
+/* Under the cm lock: no event can reach the connection while its ids go. */
+void vs_rdma_conn_teardown(struct vs_rdma_conn *c)
+{
+    vs_rdma_dev_lock();
+    pthread_mutex_lock(&c->ctl_lock);
+    if (c->id)
+        rdma_disconnect(c->id);
+    vs_rdma_verbs_teardown(c);
+    if (c->id)
+        rdma_destroy_id(c->id);
+    if (c->listen_id)
+        rdma_destroy_id(c->listen_id);
+    c->id = c->listen_id = NULL;
+    pthread_mutex_unlock(&c->ctl_lock);
+    vs_rdma_dev_unlock();
+}
+
+void vs_rdma_conn_free(struct vs_rdma_conn *c)
+{
+    list_del(c);
+    vs_rdma_conn_teardown(c);
+    vs_rdma_proof_wipe(&c->proof);
+    pthread_mutex_destroy(&c->ctl_lock);
+    pthread_mutex_destroy(&c->tx_lock);
+    pthread_mutex_destroy(&c->rx_lock);
+    pthread_mutex_destroy(&c->qp_lock);
+    free(c);
+}
+
+void vs_rdma_conn_fail(struct vs_rdma_conn *c, const char *reason)
+{
+    if (!c->fail_reason)
+        c->fail_reason = reason;
+    vs_rdma_bump(c);
+    atomic_store_explicit(&c->hs, VS_RDMA_FAILED, memory_order_release);
+}
+
+void vs_rdma_conn_each(void (*fn)(struct vs_rdma_conn *c, void *arg), void *arg)
+{
+    pthread_mutex_lock(&list_lock);
+    for (struct vs_rdma_conn *c = list; c; c = c->next)
+        fn(c, arg);
+    pthread_mutex_unlock(&list_lock);
+}
+
+/* fork: the child's copies of the connections are not its own (their
+ * memory and queue pairs are the parent's): forget them without touching
+ * them. Their sockets in the child go through vs_rdma_ops still and find
+ * every connection FAILED (rdma.c). */
+void vs_rdma_conn_fork_child(void)
+{
+    for (struct vs_rdma_conn *c = list; c; c = c->next)
+        atomic_store(&c->hs, VS_RDMA_FAILED);
+    pthread_mutex_init(&list_lock, NULL);
+}

@@ -1,0 +1,182 @@
+/* conn.h - one connection's RDMA transport state (internal to
+ * transport/rdma).
+ *
+ * Unlike shm's, this state is private to the process: registered memory and
+ * queue pairs do not survive fork in the child, so a connection on RDMA
+ * leaves for TCP before fork (rdma.c) and the child never uses this state.
+ * Fields marked (ctl) change under ctl_lock, (tx) under tx_lock, (rx) under
+ * rx_lock; the lock order is tx, rx, ctl, then the process's cm lock. */
+#ifndef VSOCKET_RDMA_CONN_H
+#define VSOCKET_RDMA_CONN_H
+
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+#include "core/sock.h"
+#include "transport/rdma/proof.h"
+#include "transport/rdma/proto.h"
+#include "transport/stream.h"
+#include "transport/upgrade.h"
+
+enum vs_rdma_hs {
+    VS_RDMA_YOUNG,      /* not started: the connection has not yet shown it will live */
+    VS_RDMA_LISTEN,     /* connector: listening for the accepter on rdma_cm */
+    VS_RDMA_RESOLVE,    /* accepter: resolving the connector's address and route */
+    VS_RDMA_RETRY,      /* accepter: the connector did not answer yet, call again later */
+    VS_RDMA_CONNECT,    /* accepter: connect request sent */
+    VS_RDMA_ACCEPT,     /* connector: accepted a caller, waiting for its proof */
+    VS_RDMA_WAIT_RING,  /* accepter: proof and ring sent, waiting for the connector's ring */
+    VS_RDMA_DONE,       /* both rings in place */
+    VS_RDMA_FAILED,     /* stays on the kernel for good */
+};
+
+/* One registered area: memory, its region and its size. */
+struct vs_rdma_area {
+    void *mem;
+    size_t size;
+    struct ibv_mr *mr;
+};
+
+struct vs_rdma_conn {
+    pthread_mutex_t ctl_lock, tx_lock, rx_lock;
+    /* Serialises posting and polling the queue pair and its CQ. */
+    pthread_mutex_t qp_lock;
+    _Atomic int hs;       /* enum vs_rdma_hs (ctl) */
+    _Atomic uint32_t gen; /* bumped whenever the watch fd or the phase changes */
+    bool accepter;
+    const char *fail_reason; /* (ctl) a static string */
+    struct vs_upgrade up;
+    long next_try_ns; /* accepter: the next call on the connector (ctl) */
+    struct sockaddr_storage local, peer; /* as this side sees the TCP connection */
+    char device[32];                     /* the RDMA device carrying it */
+
+    /* Set-up. */
+    struct rdma_cm_id *listen_id; /* connector (ctl) */
+    struct rdma_cm_id *id;        /* the connected id (ctl) */
+    struct vs_rdma_proof proof;   /* prefixes of the stream and nonces */
+    /* The peer's PROOF or RING, kept for the set-up (qp_lock, then ctl). */
+    struct vs_rdma_msg setup_msg;
+    _Atomic bool setup_msg_in;
+
+    /* Verbs resources (valid once the queue pair exists). */
+    struct ibv_pd *pd;
+    struct ibv_comp_channel *channel;
+    struct ibv_cq *cq;
+    struct ibv_qp *qp;
+    unsigned cq_events; /* channel events not yet acknowledged (qp_lock) */
+    unsigned depth;     /* work requests per queue */
+    uint32_t inline_max; /* the most a send may carry inline */
+
+    /* Receive side: the ring the peer writes into, and message buffers. */
+    struct vs_rdma_area rx, msgs;
+    uint64_t rx_size;       /* a power of two */
+    _Atomic uint64_t rx_head; /* bytes the peer wrote, as its completions said (qp_lock) */
+    uint64_t rx_tail;       /* bytes we consumed (rx) */
+    _Atomic uint64_t rx_credited; /* tail as last written to the peer */
+    _Atomic bool peer_waits;      /* the peer asked for credit and has not had it */
+    _Atomic bool rx_shut_known;   /* the peer's SHUT arrived */
+    uint64_t rx_shut_at;          /* stream end of the peer's transport data */
+
+    /* Send side: a copy of what the peer has not consumed (kept for a
+     * revert), the peer's ring, and where the peer writes our credit. */
+    struct vs_rdma_area tx, credit;
+    uint64_t tx_size;
+    uint64_t tx_head;           /* bytes we wrote (tx) */
+    uint64_t peer_ring_addr;    /* (ctl, fixed once DONE) */
+    uint32_t peer_ring_rkey;
+    uint64_t peer_credit_addr;
+    uint32_t peer_credit_rkey;
+    _Atomic bool credit_asked;  /* we asked for credit and none came since */
+    unsigned sq_posted;         /* send work requests posted (qp_lock) */
+    unsigned sq_done;           /* ... of which completed, as signalled (qp_lock) */
+    unsigned since_signal;      /* unsignalled sends since the last signalled one (qp_lock) */
+    _Atomic bool tx_shut_sent;
+    _Atomic bool broken;        /* a completion error: the QP is unusable */
+    _Atomic bool peer_gone;     /* rdma_cm said the peer disconnected */
+
+    /* Where each direction of the byte stream is (transport/stream.h). */
+    struct vs_stream st;
+    /* The kernel reported the TCP socket readable or hung up after the
+     * switch: look at it before reporting an empty ring. */
+    _Atomic bool tcp_event;
+    _Atomic int sleepers;
+
+    struct vs_rdma_conn *next, *prev; /* this process's list (conn.c) */
+};
+
+/* conn.c */
+/* PEER: the address connect() was given, or NULL to ask the kernel. */
+struct vs_rdma_conn *vs_rdma_conn_new(struct vs_sock *s, bool accepter, int fd,
+                                      const struct sockaddr *peer, socklen_t len);
+void vs_rdma_conn_free(struct vs_rdma_conn *c);
+void vs_rdma_conn_fail(struct vs_rdma_conn *c, const char *reason); /* (ctl) */
+/* Calls FN on every connection of the process, under the list's lock. */
+void vs_rdma_conn_each(void (*fn)(struct vs_rdma_conn *c, void *arg), void *arg);
+/* fork: the child's copies are not its own (rdma.c). */
+void vs_rdma_conn_fork_child(void);
+/* Frees the verbs and rdma_cm resources (not the state). */
+void vs_rdma_conn_teardown(struct vs_rdma_conn *c);
+
+/* verbs.c: queue pair, CQ and registered memory of a connection. */
+int vs_rdma_verbs_setup(struct vs_rdma_conn *c, struct rdma_cm_id *id);
+/* Registers the ring and credit word the peer may write (once its proof checked). */
+int vs_rdma_expose(struct vs_rdma_conn *c);
+/* The send copy, of c->tx_size (the peer's ring size). */
+int vs_rdma_alloc_tx(struct vs_rdma_conn *c);
+void vs_rdma_verbs_teardown(struct vs_rdma_conn *c);
+/* Posts the message M (SEND). 0 or -errno. (takes qp_lock) */
+int vs_rdma_post_msg(struct vs_rdma_conn *c, const struct vs_rdma_msg *m);
+/* Drains the CQ, acting on what arrived. (takes qp_lock) */
+void vs_rdma_poll(struct vs_rdma_conn *c);
+/* Arms the CQ's notification: the next completion rings the channel. */
+void vs_rdma_notify(struct vs_rdma_conn *c);
+/* Reads the channel's events without blocking. */
+void vs_rdma_channel_drain(struct vs_rdma_conn *c);
+/* Writes our consumed position into the peer's credit word; WAKE: with an
+ * immediate, so that a peer waiting for space wakes. (takes qp_lock) */
+int vs_rdma_post_credit(struct vs_rdma_conn *c, bool wake);
+/* Writes LEN bytes of the send copy at stream position POS into the peer's
+ * ring. (takes qp_lock) */
+int vs_rdma_post_data(struct vs_rdma_conn *c, uint64_t pos, size_t len);
+/* io.c: asks the peer for a credit immediate (once until one comes). */
+void vs_rdma_ask_credit(struct vs_rdma_conn *c);
+/* The credit word: how far the peer has consumed our data. */
+uint64_t vs_rdma_peer_tail(struct vs_rdma_conn *c);
+
+/* cm.c: the rendezvous over rdma_cm. */
+void vs_rdma_progress(struct vs_rdma_conn *c, int fd);
+/* The fd whose readability means "look at the connection", or -1. */
+int vs_rdma_event_fd(struct vs_rdma_conn *c);
+/* A message from the peer, during the set-up or after; a credit
+ * immediate. Called while the CQ is polled (qp_lock): they only store. */
+void vs_rdma_on_msg(struct vs_rdma_conn *c, const struct vs_rdma_msg *m);
+void vs_rdma_on_credit(struct vs_rdma_conn *c);
+
+/* peer_cache.c: the destination did not answer: later connections to it
+ * stay on TCP for VSOCKET_RDMA_PEER_CACHE_S. A connector's destination is
+ * the peer's address and port (a service); an accepter's, its address. */
+void vs_rdma_peer_cache_remember(bool accepter, const struct sockaddr_storage *peer);
+bool vs_rdma_peer_cache_plain(bool accepter, const struct sockaddr_storage *peer);
+
+static inline bool vs_rdma_active(struct vs_rdma_conn *c)
+{
+    return atomic_load_explicit(&c->hs, memory_order_acquire) != VS_RDMA_FAILED;
+}
+
+static inline bool vs_rdma_done(struct vs_rdma_conn *c)
+{
+    return atomic_load_explicit(&c->hs, memory_order_acquire) == VS_RDMA_DONE;
+}
+
+static inline void vs_rdma_bump(struct vs_rdma_conn *c)
+{
+    atomic_fetch_add(&c->gen, 1);
+}
+
+#endif

@@ -1,0 +1,581 @@
+/* io.c - the data path of a connection that may have moved to RDMA.
+ *
+ * Each direction is on TCP until its sender switches it (SWITCH carries the
+ * stream offset of the first byte on RDMA); the receiver reads TCP up to
+ * there, then its ring (proto.h). A send completes once its bytes are in
+ * the send copy and their write is posted; close waits (bounded) until the
+ * writes are placed in the peer's memory, so it loses nothing. */
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <linux/sockios.h>
+
+#include "config/log.h"
+#include "core/clock.h"
+#include "interpose/real.h"
+#include "transport/rdma/conn.h"
+#include "transport/rdma/rdma.h"
+#include "transport/stream_io.h"
+
+/* How long close and shutdown wait for the peer to acknowledge what was
+ * written: long enough for a slow peer, bounded for a dead one. */
+#define FLUSH_NS 5000000000L
+
+uint64_t vs_rdma_readable(struct vs_rdma_conn *c)
+{
+    return atomic_load_explicit(&c->rx_head, memory_order_acquire) -
+           __atomic_load_n(&c->rx_tail, __ATOMIC_RELAXED);
+}
+
+bool vs_rdma_rx_eof(struct vs_rdma_conn *c)
+{
+    return atomic_load_explicit(&c->rx_shut_known, memory_order_acquire) &&
+           c->rx_tail >= c->rx_shut_at;
+}
+
+/* The peer's credit word is its to write: a value past what we sent is a
+ * lie that only hurts it, but must not make us count more room than the
+ * ring has. */
+uint64_t vs_rdma_writable(struct vs_rdma_conn *c)
+{
+    if (!c->tx.mem)
+        return 0;
+    uint64_t unread = c->tx_head - vs_rdma_peer_tail(c);
+    return unread > c->tx_size ? 0 : c->tx_size - unread;
+}
+
+void vs_rdma_ask_credit(struct vs_rdma_conn *c)
+{
+    if (atomic_exchange(&c->credit_asked, true))
+        return;
+    struct vs_rdma_msg m = {.type = VS_RDMA_MSG_CREDIT_REQ};
+    if (vs_rdma_post_msg(c, &m) < 0)
+        atomic_store(&c->credit_asked, false);
+}
+
+/* ------------------------------------------------------------------ waits */
+
+/* Sleeps until the CQ, the set-up or the TCP socket may have news. 0,
+ * -EINTR or -ETIMEDOUT. */
+static int sleep_on(struct vs_rdma_conn *c, int fd, short tcp_events, struct vs_blocking *b)
+{
+    long left = vs_blocking_left(b, fd);
+    if (b->deadline >= 0 && left <= 0)
+        return -ETIMEDOUT;
+    struct pollfd p[3] = {{.fd = fd, .events = tcp_events}};
+    int n = 1;
+    if (c->channel) {
+        vs_rdma_notify(c);
+        p[n++] = (struct pollfd){.fd = c->channel->fd, .events = POLLIN};
+    }
+    const char *why;
+    struct rdma_event_channel *ch = vs_rdma_active(c) && !vs_rdma_done(c)
+                                        ? vs_rdma_dev_channel(&why)
+                                        : NULL;
+    if (ch && atomic_load(&c->hs) != VS_RDMA_YOUNG)
+        p[n++] = (struct pollfd){.fd = ch->fd, .events = POLLIN};
+    /* Completions that came before the notification was armed. */
+    uint64_t head = atomic_load(&c->rx_head), tail = vs_rdma_peer_tail(c);
+    unsigned gen = atomic_load(&c->gen);
+    vs_rdma_poll(c);
+    if (head != atomic_load(&c->rx_head) || tail != vs_rdma_peer_tail(c) ||
+        gen != atomic_load(&c->gen))
+        return 0;
+    bool shared = atomic_fetch_add(&c->sleepers, 1) > 0;
+    long slice = shared ? VS_WAIT_SHARED_NAP_NS : VS_WAIT_SLICE_NS;
+    bool nap = left < 0 || left > slice;
+    if (nap)
+        left = slice;
+    struct timespec ts = {.tv_sec = left / 1000000000L, .tv_nsec = left % 1000000000L};
+    int rc = (int)syscall(SYS_ppoll, p, n, &ts, NULL, _NSIG / 8);
+    int err = errno;
+    atomic_fetch_sub(&c->sleepers, 1);
+    if (rc < 0)
+        return err == EINTR ? -EINTR : 0;
+    if (rc == 0 && !nap)
+        return -ETIMEDOUT;
+    if (p[0].revents)
+        atomic_store(&c->tcp_event, true);
+    if (c->channel)
+        vs_rdma_channel_drain(c);
+    vs_rdma_progress(c, fd);
+    return 0;
+}
+
+/* --------------------------------------------------------------- receive */
+
+/* Tells the peer how far we read: at a quarter of the ring, or at once
+ * when it waits for space. */
+static void maybe_credit(struct vs_rdma_conn *c)
+{
+    uint64_t unsent = c->rx_tail - atomic_load(&c->rx_credited);
+    bool waits = atomic_load(&c->peer_waits);
+    if (unsent == 0 || (unsent < c->rx_size / 4 && !waits))
+        return;
+    if (waits)
+        atomic_store(&c->peer_waits, false);
+    if (vs_rdma_post_credit(c, waits) < 0 && waits)
+        atomic_store(&c->peer_waits, true);
+}
+
+/* Copies up to the readable bytes into the window. (rx) */
+static size_t ring_read(struct vs_rdma_conn *c, const struct iovec *iov, int cnt, bool peek)
+{
+    uint64_t avail = vs_rdma_readable(c);
+    uint64_t pos = c->rx_tail;
+    size_t done = 0;
+    for (int i = 0; i < cnt && avail > 0; i++) {
+        size_t want = iov[i].iov_len < avail ? iov[i].iov_len : (size_t)avail;
+        size_t got = 0;
+        while (got < want) {
+            uint64_t off = pos & (c->rx_size - 1);
+            size_t run = want - got;
+            if (run > c->rx_size - off)
+                run = (size_t)(c->rx_size - off);
+            memcpy((char *)iov[i].iov_base + got, (char *)c->rx.mem + off, run);
+            got += run;
+            pos += run;
+        }
+        done += want;
+        avail -= want;
+    }
+    if (!peek) {
+        __atomic_store_n(&c->rx_tail, pos, __ATOMIC_RELEASE);
+        maybe_credit(c);
+    }
+    return done;
+}
+
+/* On RDMA, nothing to read: the peer's end of stream, its death, or its
+ * return to TCP. 1 read TCP now, 0 end of stream, -EAGAIN, -errno. */
+static int ring_empty(struct vs_rdma_conn *c, int fd)
+{
+    if (vs_stream_rx_revert_reached(&c->st, c->rx_tail))
+        return 1;
+    if (atomic_load(&c->st.violated))
+        return -ECONNRESET;
+    if (vs_rdma_rx_eof(c))
+        return 0;
+    bool gone = atomic_load(&c->peer_gone) || atomic_load(&c->broken);
+    if (!gone && !atomic_exchange(&c->tcp_event, false))
+        return -EAGAIN;
+    int t = vs_tcp_peek(fd);
+    if (t == -EAGAIN && !gone)
+        return -EAGAIN;
+    atomic_store(&c->tcp_event, true); /* still true next time */
+    /* What the peer wrote before it went comes first. */
+    vs_rdma_poll(c);
+    if (vs_rdma_readable(c) || vs_rdma_rx_eof(c) || atomic_load(&c->st.rx_reverted))
+        return -EAGAIN;
+    if (t > 0)
+        return -ECONNRESET; /* bytes on TCP after the switch, without REVERT */
+    if (t < 0 && t != -EAGAIN)
+        return t;
+    if (t == 0)
+        return 0;
+    /* The queue pair failed while TCP says nothing: the peer's host or
+     * device went away. */
+    return atomic_load(&c->broken) ? -ECONNRESET : -EAGAIN;
+}
+
+static bool rx_on_rdma(struct vs_rdma_conn *c)
+{
+    return vs_stream_rx_on_transport(&c->st);
+}
+
+ssize_t vs_rdma_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags)
+{
+    struct vs_rdma_conn *c = s->conn;
+    vs_rdma_sync(s, fd);
+    size_t want = vs_iov_total(msg->msg_iov, msg->msg_iovlen);
+    if (!vs_rdma_active(c) || want == 0 || (flags & MSG_OOB))
+        return vs_real.recvmsg(fd, msg, flags);
+    bool nonblock = (flags & MSG_DONTWAIT) || vs_fd_nonblocking(fd);
+    bool peek = (flags & MSG_PEEK) != 0;
+    size_t target = (flags & MSG_WAITALL) && !peek ? want : 1;
+    struct vs_blocking b = {.opt = SO_RCVTIMEO};
+    size_t total = 0;
+    int err = 0;
+    msg->msg_flags = 0;
+    socklen_t namelen = msg->msg_namelen;
+    msg->msg_namelen = 0;
+    pthread_mutex_lock(&c->rx_lock);
+    for (;;) {
+        if (!rx_on_rdma(c)) {
+            uint64_t limit = vs_stream_tcp_rx_limit(&c->st);
+            if (atomic_load(&c->st.violated)) {
+                err = ECONNRESET;
+                break;
+            }
+            if (limit == 0)
+                continue; /* the switch point: the ring from now on */
+            ssize_t n = vs_tcp_read(fd, msg, namelen, total, limit, flags);
+            if (n > 0) {
+                if (!peek) {
+                    if (vs_rdma_active(c) && !vs_rdma_done(c))
+                        vs_rdma_proof_rcvd(&c->proof, c->st.tcp_rx, msg->msg_iov,
+                                           (int)msg->msg_iovlen, (size_t)n);
+                    c->st.tcp_rx += (uint64_t)n;
+                }
+                total += (size_t)n;
+                if (total >= target)
+                    break;
+                continue;
+            }
+            if (n < 0 && errno != EAGAIN) {
+                err = errno;
+                break;
+            }
+            if (n == 0)
+                atomic_store(&c->st.tcp_eof, true);
+            /* Empty or end of stream: the peer may have switched meanwhile. */
+            bool knew = atomic_load(&c->st.rx_switch_known);
+            vs_rdma_poll(c);
+            vs_rdma_progress(c, fd);
+            if (!knew && atomic_load(&c->st.rx_switch_known))
+                continue;
+            if (n == 0)
+                break;
+        } else {
+            vs_rdma_poll(c);
+            struct iovec win[msg->msg_iovlen];
+            int cnt = vs_iov_window(msg->msg_iov, (int)msg->msg_iovlen, total, VS_STREAM_NO_LIMIT,
+                                    win);
+            /* Not past the end the peer announced (its REVERT or SHUT). */
+            size_t n = ring_read(c, win, cnt, peek);
+            if (n > 0) {
+                total += n;
+                if (total >= target || peek)
+                    break;
+                continue;
+            }
+            int e = ring_empty(c, fd);
+            if (e == 1)
+                continue;
+            if (e == 0)
+                break;
+            if (e != -EAGAIN) {
+                err = -e;
+                break;
+            }
+        }
+        if (total > 0 && total >= target)
+            break;
+        if (nonblock) {
+            err = total ? 0 : EAGAIN;
+            break;
+        }
+        int rc = sleep_on(c, fd, POLLIN | POLLRDHUP, &b);
+        if (rc < 0 && (err = vs_wait_failed(rc, &b)) != 0)
+            break;
+    }
+    pthread_mutex_unlock(&c->rx_lock);
+    if (total > 0)
+        return (ssize_t)total;
+    if (err) {
+        errno = err;
+        return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ send */
+
+/* The peer left RDMA (REVERT): what it did not consume goes again on TCP,
+ * ahead of anything new; then TCP for good. (tx) */
+static int finish_revert(struct vs_rdma_conn *c, int fd)
+{
+    uint64_t from = c->st.tx_revert_consumed;
+    uint64_t end = c->tx_head;
+    if (from > end || end - from > c->tx_size) {
+        atomic_store(&c->st.violated, true);
+        return -ECONNRESET;
+    }
+    while (from < end) {
+        uint64_t off = from & (c->tx_size - 1);
+        size_t run = (size_t)(end - from);
+        if (run > c->tx_size - off)
+            run = (size_t)(c->tx_size - off);
+        ssize_t n = vs_real.send(fd, (char *)c->tx.mem + off, run, MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EAGAIN) {
+                struct pollfd p = {.fd = fd, .events = POLLOUT};
+                vs_real.poll(&p, 1, 100);
+                continue;
+            }
+            return -errno;
+        }
+        from += (uint64_t)n;
+        c->st.tcp_tx += (uint64_t)n;
+    }
+    return 0;
+}
+
+/* Moves the send side to RDMA once the peer's ring is ours. (tx) */
+static void maybe_switch(struct vs_rdma_conn *c)
+{
+    if (!vs_rdma_done(c) || !vs_stream_tx_may_switch(&c->st) || atomic_load(&c->broken))
+        return;
+    struct vs_rdma_msg m = {.type = VS_RDMA_MSG_SWITCH, .a = c->st.tcp_tx};
+    if (vs_rdma_post_msg(c, &m) == 0)
+        atomic_store_explicit(&c->st.tx_switched, true, memory_order_release);
+}
+
+/* Copies LEN bytes at BUF into the send copy and writes them to the peer.
+ * (tx) */
+static int ring_write(struct vs_rdma_conn *c, const char *buf, size_t len)
+{
+    while (len > 0) {
+        uint64_t off = c->tx_head & (c->tx_size - 1);
+        size_t run = len;
+        if (run > c->tx_size - off)
+            run = (size_t)(c->tx_size - off);
+        memcpy((char *)c->tx.mem + off, buf, run);
+        int rc = vs_rdma_post_data(c, c->tx_head, run);
+        if (rc < 0)
+            return rc;
+        c->tx_head += run;
+        buf += run;
+        len -= run;
+    }
+    return 0;
+}
+
+/* Sends on RDMA what the peer's ring can take now, up to the whole of IOV
+ * when blocking. Bytes sent, or -errno. (tx) */
+static ssize_t rdma_send(struct vs_rdma_conn *c, int fd, const struct iovec *iov, int cnt,
+                         int flags)
+{
+    bool nonblock = (flags & MSG_DONTWAIT) || vs_fd_nonblocking(fd);
+    struct vs_blocking b = {.opt = SO_SNDTIMEO};
+    size_t total = 0, want = vs_iov_total(iov, (size_t)cnt);
+    int i = 0;
+    size_t in_iov = 0;
+    while (total < want) {
+        if (atomic_load(&c->broken) || atomic_load(&c->peer_gone)) {
+            if (total)
+                break;
+            vs_raise_sigpipe(flags);
+            return -EPIPE;
+        }
+        if (atomic_load(&c->st.tx_revert_pending))
+            return total ? (ssize_t)total : -ESTALE;
+        vs_rdma_poll(c);
+        uint64_t room = vs_rdma_writable(c);
+        if (room == 0) {
+            vs_rdma_ask_credit(c);
+            if (nonblock || total)
+                break;
+            int rc = sleep_on(c, fd, POLLRDHUP, &b);
+            int err = rc < 0 ? vs_wait_failed(rc, &b) : 0;
+            if (err)
+                return total ? (ssize_t)total : -err;
+            continue;
+        }
+        size_t run = iov[i].iov_len - in_iov;
+        if (run > room)
+            run = (size_t)room;
+        int rc = ring_write(c, (const char *)iov[i].iov_base + in_iov, run);
+        if (rc == -EAGAIN) {
+            /* The send queue is full: its completions free it. */
+            if (nonblock || total)
+                break;
+            int w = sleep_on(c, fd, POLLRDHUP, &b);
+            int err = w < 0 ? vs_wait_failed(w, &b) : 0;
+            if (err)
+                return total ? (ssize_t)total : -err;
+            continue;
+        }
+        if (rc < 0)
+            return total ? (ssize_t)total : rc;
+        total += run;
+        in_iov += run;
+        if (in_iov == iov[i].iov_len) {
+            i++;
+            in_iov = 0;
+        }
+    }
+    /* Our reads ride along: the peer learns where we are without a message. */
+    if (c->rx_tail != atomic_load(&c->rx_credited))
+        vs_rdma_post_credit(c, atomic_exchange(&c->peer_waits, false));
+    return total ? (ssize_t)total : -EAGAIN;
+}
+
+ssize_t vs_rdma_sendmsg(struct vs_sock *s, int fd, const struct msghdr *msg, int flags)
+{
+    struct vs_rdma_conn *c = s->conn;
+    vs_rdma_sync(s, fd);
+    if (!vs_rdma_active(c) || (flags & MSG_OOB))
+        return vs_real.sendmsg(fd, msg, flags);
+    pthread_mutex_lock(&c->tx_lock);
+    maybe_switch(c);
+    ssize_t n;
+    for (;;) {
+        if (atomic_load(&c->st.tx_revert_pending) && !atomic_load(&c->st.tx_back_on_tcp)) {
+            int rc = atomic_load(&c->st.tx_switched) ? finish_revert(c, fd) : 0;
+            atomic_store(&c->st.tx_back_on_tcp, true);
+            if (rc < 0) {
+                n = rc;
+                break;
+            }
+        }
+        if (!vs_stream_tx_on_transport(&c->st)) {
+            n = vs_real.sendmsg(fd, msg, flags);
+            if (n > 0) {
+                if (!vs_rdma_done(c))
+                    vs_rdma_proof_sent(&c->proof, c->st.tcp_tx, msg->msg_iov,
+                                       (int)msg->msg_iovlen, (size_t)n);
+                c->st.tcp_tx += (uint64_t)n;
+            }
+            n = n < 0 ? -errno : n;
+            break;
+        }
+        n = rdma_send(c, fd, msg->msg_iov, (int)msg->msg_iovlen, flags);
+        if (n == -ESTALE)
+            continue; /* the peer left RDMA: the rest goes on TCP */
+        break;
+    }
+    pthread_mutex_unlock(&c->tx_lock);
+    if (n < 0) {
+        errno = (int)-n;
+        return -1;
+    }
+    return n;
+}
+
+ssize_t vs_rdma_sendfile(struct vs_sock *s, int fd, int in_fd, off_t *offset, size_t count)
+{
+    struct vs_rdma_conn *c = s->conn;
+    vs_rdma_sync(s, fd);
+    if (!vs_rdma_active(c) || !vs_stream_tx_on_transport(&c->st)) {
+        if (!vs_rdma_active(c))
+            return vs_real.sendfile(fd, in_fd, offset, count);
+        pthread_mutex_lock(&c->tx_lock);
+        ssize_t n = vs_stream_tx_on_transport(&c->st) ? -1 : vs_real.sendfile(fd, in_fd, offset,
+                                                                              count);
+        if (n > 0)
+            c->st.tcp_tx += (uint64_t)n;
+        pthread_mutex_unlock(&c->tx_lock);
+        if (n >= 0 || errno != 0)
+            return n;
+    }
+    /* Through a buffer: read exactly what goes out, nothing left over. */
+    char buf[65536];
+    size_t total = 0;
+    while (total < count) {
+        size_t want = count - total < sizeof(buf) ? count - total : sizeof(buf);
+        ssize_t r = offset ? pread(in_fd, buf, want, *offset) : read(in_fd, buf, want);
+        if (r <= 0)
+            break;
+        struct iovec iov = {buf, (size_t)r};
+        struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1};
+        ssize_t w = vs_rdma_sendmsg(s, fd, &m, MSG_NOSIGNAL);
+        if (w <= 0)
+            return total ? (ssize_t)total : w;
+        if (offset)
+            *offset += w;
+        else if (w < r)
+            lseek(in_fd, w - r, SEEK_CUR);
+        total += (size_t)w;
+        if (w < r)
+            break;
+    }
+    return (ssize_t)total;
+}
+
+/* Waits until every send posted is acknowledged by the peer, at most
+ * FLUSH_NS: then the bytes are in its memory. (tx) */
+static void wait_placed(struct vs_rdma_conn *c)
+{
+    long until = vs_now_ns() + FLUSH_NS;
+    while (!atomic_load(&c->broken) && vs_now_ns() < until) {
+        pthread_mutex_lock(&c->qp_lock);
+        bool idle = c->sq_posted == c->sq_done;
+        pthread_mutex_unlock(&c->qp_lock);
+        if (idle)
+            return;
+        vs_rdma_poll(c);
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* Sends SHUT (our transport data ends at tx_head) once, signalled, and
+ * waits for it: then the peer holds everything before it. (tx) */
+static void send_shut(struct vs_rdma_conn *c)
+{
+    if (!vs_stream_tx_on_transport(&c->st) || atomic_exchange(&c->tx_shut_sent, true))
+        return;
+    struct vs_rdma_msg m = {.type = VS_RDMA_MSG_SHUT, .a = c->tx_head};
+    if (vs_rdma_post_msg(c, &m) == 0)
+        wait_placed(c);
+}
+
+int vs_rdma_shutdown(struct vs_sock *s, int fd, int how)
+{
+    struct vs_rdma_conn *c = s->conn;
+    if (vs_rdma_active(c) && (how == SHUT_WR || how == SHUT_RDWR)) {
+        pthread_mutex_lock(&c->tx_lock);
+        if (!atomic_load(&c->st.tx_switched))
+            c->st.tx_shut = true; /* the FIN goes on TCP: never switch */
+        else
+            send_shut(c);
+        pthread_mutex_unlock(&c->tx_lock);
+    }
+    return vs_real.shutdown(fd, how);
+}
+
+void vs_rdma_flush_close(struct vs_rdma_conn *c)
+{
+    pthread_mutex_lock(&c->tx_lock);
+    send_shut(c);
+    pthread_mutex_unlock(&c->tx_lock);
+}
+
+bool vs_rdma_ioctl(struct vs_sock *s, int fd, unsigned long req, int *value)
+{
+    struct vs_rdma_conn *c = s->conn;
+    if (!vs_rdma_active(c))
+        return false;
+    if (req == FIONREAD && rx_on_rdma(c)) {
+        vs_rdma_poll(c);
+        uint64_t n = vs_rdma_readable(c);
+        *value = n > INT32_MAX ? INT32_MAX : (int)n;
+        return true;
+    }
+    if (req == SIOCOUTQ && vs_stream_tx_on_transport(&c->st)) {
+        uint64_t n = c->tx_head - vs_rdma_peer_tail(c);
+        int q = 0;
+        syscall(SYS_ioctl, fd, SIOCOUTQ, &q);
+        *value = (int)(n > INT32_MAX ? INT32_MAX : n) + q;
+        return true;
+    }
+    return false;
+}
+
+/* The connection leaves RDMA: tell the peer how much of its data we read
+ * and where ours ends. (takes tx, rx) */
+void vs_rdma_revert(struct vs_rdma_conn *c, int fd, const char *reason)
+{
+    (void)fd;
+    pthread_mutex_lock(&c->tx_lock);
+    pthread_mutex_lock(&c->rx_lock);
+    pthread_mutex_lock(&c->ctl_lock);
+    if (vs_rdma_done(c) && !atomic_load(&c->broken)) {
+        /* Our transport data: what we wrote; the peer's: what we read. */
+        uint64_t end = atomic_load(&c->st.tx_switched) ? c->tx_head : 0;
+        uint64_t consumed = c->rx_tail;
+        struct vs_rdma_msg m = {.type = VS_RDMA_MSG_REVERT, .a = consumed, .b = end};
+        if (vs_rdma_post_msg(c, &m) == 0)
+            wait_placed(c);
+    }
+    pthread_mutex_unlock(&c->ctl_lock);
+    pthread_mutex_unlock(&c->rx_lock);
+    pthread_mutex_unlock(&c->tx_lock);
+    vs_rdma_conn_fail(c, reason);
+}

@@ -1,0 +1,400 @@
+/* rdma.c - which connections try the rdma transport, what the statistics
+ * say of them, their readiness as poll and epoll see it, and the process
+ * events (fork, exec) they follow. */
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "config/config.h"
+#include "config/log.h"
+#include "core/clock.h"
+#include "core/reason.h"
+#include "interpose/real.h"
+#include "transport/rdma/conn.h"
+#include "transport/rdma/dev.h"
+#include "transport/rdma/ops.h"
+#include "transport/rdma/rdma.h"
+
+static bool tcp_stream(const struct vs_sock *s)
+{
+    return s->type == SOCK_STREAM && (s->protocol == 0 || s->protocol == IPPROTO_TCP);
+}
+
+static bool eligible(struct vs_sock *s)
+{
+    return (vs_config.transports & VS_TRANSPORT_BIT(VS_TRANSPORT_RDMA)) && tcp_stream(s) &&
+           !s->ops && !atomic_load(&s->in_epoll_plain);
+}
+
+static bool is_loopback(const struct sockaddr_storage *ss)
+{
+    if (ss->ss_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)ss)->sin_addr.s_addr) >> 24) == 127;
+    const struct sockaddr_in6 *in6 = (const void *)ss;
+    if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr))
+        return in6->sin6_addr.s6_addr[12] == 127;
+    return IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr);
+}
+
+/* Cheap reasons not to try, before any state is made: no device on this
+ * machine (one look per process), a loopback peer (RDMA cannot route it),
+ * a destination recently found without vsocket. */
+static const char *not_worth(bool accepter, const struct sockaddr_storage *peer)
+{
+    static int present = -1;
+    if (present < 0)
+        present = vs_rdma_dev_channel_possible();
+    if (!present)
+        return VS_REASON_NO_RDMA_DEVICE;
+    if (is_loopback(peer))
+        return VS_REASON_NO_RDMA_DEVICE;
+    if (vs_rdma_peer_cache_plain(accepter, peer))
+        return VS_REASON_PEER_CACHED;
+    return NULL;
+}
+
+static void offer(struct vs_sock *s, int fd, bool accepter, const struct sockaddr *peer,
+                  socklen_t len)
+{
+    if (!eligible(s))
+        return;
+    struct vs_rdma_conn *c = vs_rdma_conn_new(s, accepter, fd, peer, len);
+    if (!c)
+        return;
+    const char *why = not_worth(accepter, &c->peer);
+    if (why) {
+        vs_stats_set_reason(s->stat, why);
+        vs_rdma_conn_free(c);
+        return;
+    }
+    s->ops = &vs_rdma_ops;
+    s->conn = c;
+    s->conn_shown = -1;
+    vs_stats_set_reason(s->stat, VS_REASON_DEFERRED);
+}
+
+static void on_connect(struct vs_sock *s, int fd, const struct sockaddr *peer, socklen_t len)
+{
+    offer(s, fd, false, peer, len);
+}
+
+static void on_accept(struct vs_sock *s, int fd)
+{
+    offer(s, fd, true, NULL, 0);
+}
+
+/* ------------------------------------------------------------- statistics */
+
+void vs_rdma_sync(struct vs_sock *s, int fd)
+{
+    struct vs_rdma_conn *c = s->conn;
+    int hs = atomic_load_explicit(&c->hs, memory_order_acquire);
+    if (hs == s->conn_shown && (hs == VS_RDMA_DONE || hs == VS_RDMA_FAILED)) {
+        if (hs == VS_RDMA_DONE && s->transport == VS_TRANSPORT_RDMA &&
+            atomic_load_explicit(&c->st.rx_reverted, memory_order_relaxed)) {
+            s->transport = VS_TRANSPORT_KERNEL;
+            vs_stats_set_transport(s->stat, VS_TRANSPORT_KERNEL, VS_REASON_PEER_LEFT);
+        }
+        return;
+    }
+    if (hs != VS_RDMA_DONE && hs != VS_RDMA_FAILED) {
+        if (hs == VS_RDMA_YOUNG)
+            atomic_fetch_add_explicit(&c->up.young_calls, 1, memory_order_relaxed);
+        vs_rdma_progress(c, fd);
+        hs = atomic_load(&c->hs);
+    }
+    if (hs != VS_RDMA_DONE && hs != VS_RDMA_FAILED) {
+        if (hs != VS_RDMA_YOUNG && s->conn_shown != VS_RDMA_LISTEN) {
+            s->conn_shown = VS_RDMA_LISTEN;
+            vs_stats_set_reason_due(s->stat, VS_REASON_PENDING,
+                                    c->up.deadline_ns + VS_UPGRADE_GRACE_NS - vs_now_ns());
+        }
+        return;
+    }
+    s->conn_shown = hs;
+    if (hs == VS_RDMA_DONE) {
+        s->transport = VS_TRANSPORT_RDMA;
+        vs_stats_set_transport(s->stat, VS_TRANSPORT_RDMA, c->device);
+        vs_info("fd %d: upgraded to rdma on %s (rings of %lu and %lu bytes)", fd, c->device,
+                (unsigned long)c->rx_size, (unsigned long)c->tx_size);
+    } else {
+        s->transport = VS_TRANSPORT_KERNEL;
+        vs_stats_set_transport(s->stat, VS_TRANSPORT_KERNEL,
+                               c->fail_reason ? c->fail_reason : VS_REASON_PEER_NOT_VSOCKET);
+    }
+}
+
+/* -------------------------------------------------------------- readiness */
+
+static bool rx_on_rdma(struct vs_rdma_conn *c)
+{
+    if (vs_stream_rx_on_transport(&c->st))
+        return true;
+    /* Read up to the switch point: the next read is the ring's. */
+    return atomic_load(&c->st.rx_switch_known) && !atomic_load(&c->st.rx_back_on_tcp) &&
+           c->st.rx_switch_at == __atomic_load_n(&c->st.tcp_rx, __ATOMIC_RELAXED);
+}
+
+static bool translated(struct vs_sock *s)
+{
+    return vs_rdma_active(s->conn);
+}
+
+static unsigned tcp_interest(struct vs_sock *s, unsigned user)
+{
+    struct vs_rdma_conn *c = s->conn;
+    unsigned want = user & (POLLIN | POLLOUT | POLLRDHUP | POLLPRI);
+    if (rx_on_rdma(c))
+        want = (want & ~(unsigned)POLLIN) | POLLRDHUP;
+    if (vs_stream_tx_on_transport(&c->st))
+        want &= ~(unsigned)POLLOUT;
+    return want;
+}
+
+static int watch_fd(struct vs_sock *s)
+{
+    struct vs_rdma_conn *c = s->conn;
+    return vs_rdma_active(c) && c->channel ? c->channel->fd : -1;
+}
+
+/* Readiness from memory (the CQ is polled without a system call). */
+static unsigned ready_rdma(struct vs_rdma_conn *c, unsigned interest)
+{
+    unsigned ev = 0;
+    if (!vs_rdma_done(c))
+        return 0;
+    vs_rdma_poll(c);
+    bool dead = atomic_load(&c->broken) || atomic_load(&c->peer_gone);
+    if ((interest & POLLIN) && rx_on_rdma(c) &&
+        (vs_rdma_readable(c) || vs_rdma_rx_eof(c) || atomic_load(&c->st.rx_reverted) ||
+         atomic_load(&c->st.violated)))
+        ev |= POLLIN;
+    if (vs_rdma_rx_eof(c))
+        ev |= POLLRDHUP & interest;
+    if ((interest & POLLOUT) && vs_stream_tx_on_transport(&c->st) &&
+        (vs_rdma_writable(c) || dead || atomic_load(&c->st.tx_revert_pending)))
+        ev |= POLLOUT;
+    return ev;
+}
+
+static unsigned poll_fast(struct vs_sock *s, unsigned interest)
+{
+    return ready_rdma(s->conn, interest);
+}
+
+static unsigned poll_now(struct vs_sock *s, int fd, unsigned interest, int tcp_revents,
+                         bool watch_fired)
+{
+    struct vs_rdma_conn *c = s->conn;
+    if (watch_fired)
+        vs_rdma_channel_drain(c);
+    vs_rdma_sync(s, fd);
+    if (tcp_revents == VS_TCP_UNKNOWN) {
+        struct pollfd p = {.fd = fd, .events = (short)tcp_interest(s, interest)};
+        tcp_revents = vs_real.poll(&p, 1, 0) > 0 ? p.revents : 0;
+    }
+    unsigned ev = ready_rdma(c, interest);
+    unsigned tcp = (unsigned)tcp_revents;
+    if (rx_on_rdma(c)) {
+        /* TCP after the switch: the peer's death or its REVERT data. */
+        if (tcp & (POLLIN | POLLRDHUP | POLLHUP | POLLERR)) {
+            atomic_store(&c->tcp_event, true);
+            ev |= POLLIN & interest;
+        }
+        tcp &= ~(unsigned)(POLLIN | POLLRDHUP);
+    }
+    if (vs_stream_tx_on_transport(&c->st))
+        tcp &= ~(unsigned)POLLOUT;
+    return ev | (tcp & (interest | POLLHUP | POLLERR));
+}
+
+static bool spins(struct vs_sock *s)
+{
+    struct vs_rdma_conn *c = s->conn;
+    return vs_rdma_done(c) && (rx_on_rdma(c) || vs_stream_tx_on_transport(&c->st));
+}
+
+static unsigned arm(struct vs_sock *s, unsigned interest)
+{
+    struct vs_rdma_conn *c = s->conn;
+    unsigned armed = 0;
+    if (!vs_rdma_done(c) || !c->channel)
+        return 0;
+    if ((interest & POLLIN) && rx_on_rdma(c))
+        armed |= POLLIN;
+    if ((interest & POLLOUT) && vs_stream_tx_on_transport(&c->st)) {
+        armed |= POLLOUT;
+        if (!vs_rdma_writable(c))
+            vs_rdma_ask_credit(c);
+    }
+    if (armed) {
+        vs_rdma_notify(c);
+        atomic_fetch_add(&c->sleepers, 1);
+    }
+    return armed;
+}
+
+static void disarm(struct vs_sock *s, unsigned armed)
+{
+    if (armed)
+        atomic_fetch_sub(&((struct vs_rdma_conn *)s->conn)->sleepers, 1);
+}
+
+static void rearm(struct vs_sock *s, unsigned armed)
+{
+    if (armed)
+        vs_rdma_notify(s->conn);
+}
+
+static bool shared_wait(struct vs_sock *s)
+{
+    return atomic_load(&((struct vs_rdma_conn *)s->conn)->sleepers) > 1;
+}
+
+static unsigned generation(struct vs_sock *s)
+{
+    return atomic_load(&((struct vs_rdma_conn *)s->conn)->gen);
+}
+
+static uint64_t rx_mark(struct vs_sock *s)
+{
+    struct vs_rdma_conn *c = s->conn;
+    return atomic_load(&c->rx_head) + __atomic_load_n(&c->st.tcp_rx, __ATOMIC_RELAXED);
+}
+
+static uint64_t tx_mark(struct vs_sock *s)
+{
+    struct vs_rdma_conn *c = s->conn;
+    return c->tx.mem ? vs_rdma_peer_tail(c) : 0;
+}
+
+/* Only TCP can change the receive side while no queue pair exists. */
+static bool rx_by_kernel(struct vs_sock *s)
+{
+    struct vs_rdma_conn *c = s->conn;
+    return !vs_rdma_active(c) || !c->channel;
+}
+
+/* Cold epoll records hear only the watch fd: not for a connection whose
+ * set-up moves by rdma_cm events (shared by the process's connections). */
+static bool cold_attach(struct vs_sock *s, void *rec)
+{
+    (void)rec;
+    return !vs_rdma_active(s->conn);
+}
+
+static void cold_detach(struct vs_sock *s, void *rec)
+{
+    (void)s;
+    (void)rec;
+}
+
+static void *cold_rec(struct vs_sock *s)
+{
+    (void)s;
+    return NULL;
+}
+
+/* ---------------------------------------------------------- process events */
+
+static void leave(struct vs_sock *s, int fd, const char *reason)
+{
+    struct vs_rdma_conn *c = s->conn;
+    if (vs_rdma_done(c))
+        vs_rdma_revert(c, fd, reason);
+    else if (vs_rdma_active(c)) {
+        pthread_mutex_lock(&c->ctl_lock);
+        vs_rdma_conn_fail(c, reason);
+        pthread_mutex_unlock(&c->ctl_lock);
+    }
+    vs_rdma_sync(s, fd);
+}
+
+static void release(struct vs_sock *s)
+{
+    struct vs_rdma_conn *c = s->conn;
+    if (vs_rdma_done(c))
+        vs_rdma_flush_close(c);
+    vs_rdma_conn_free(c);
+    s->conn = NULL;
+}
+
+static void leave_one(struct vs_rdma_conn *c, void *arg)
+{
+    if (vs_rdma_done(c))
+        vs_rdma_revert(c, -1, arg);
+    else if (vs_rdma_active(c))
+        vs_rdma_conn_fail(c, arg);
+}
+
+static void leave_all(const char *reason)
+{
+    vs_rdma_conn_each(leave_one, (void *)reason);
+}
+
+/* Registered memory and queue pairs do not follow into the child: every
+ * connection leaves RDMA before fork, in both processes (the parent's
+ * REVERT tells the peer), and connections still young stay on TCP so that
+ * the two processes never disagree about where the stream is. */
+static void fork_prepare(void)
+{
+    leave_all(VS_REASON_LEFT_BY_FORK);
+}
+
+static void fork_parent(void)
+{
+}
+
+static void fork_child(void)
+{
+    vs_rdma_conn_fork_child();
+    vs_rdma_dev_fork_child();
+}
+
+static void fork_failed(void)
+{
+}
+
+static void before_exec(void)
+{
+    leave_all(VS_REASON_LEFT_BY_EXEC);
+}
+
+const struct vs_transport_ops vs_rdma_ops = {
+    .id = VS_TRANSPORT_RDMA,
+    .on_connect = on_connect,
+    .on_accept = on_accept,
+    .recvmsg = vs_rdma_recvmsg,
+    .sendmsg = vs_rdma_sendmsg,
+    .sendfile = vs_rdma_sendfile,
+    .shutdown = vs_rdma_shutdown,
+    .ioctl = vs_rdma_ioctl,
+    .translated = translated,
+    .tcp_interest = tcp_interest,
+    .watch_fd = watch_fd,
+    .poll = poll_now,
+    .poll_fast = poll_fast,
+    .spins = spins,
+    .arm = arm,
+    .disarm = disarm,
+    .rearm = rearm,
+    .shared_wait = shared_wait,
+    .generation = generation,
+    .rx_mark = rx_mark,
+    .tx_mark = tx_mark,
+    .rx_by_kernel = rx_by_kernel,
+    .cold_attach = cold_attach,
+    .cold_detach = cold_detach,
+    .cold_rec = cold_rec,
+    .idle = NULL,
+    .leave = leave,
+    .release = release,
+    .fork_prepare = fork_prepare,
+    .fork_parent = fork_parent,
+    .fork_child = fork_child,
+    .fork_failed = fork_failed,
+    .before_exec = before_exec,
+    .leave_all = leave_all,
+};

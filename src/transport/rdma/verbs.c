@@ -1,0 +1,350 @@
+/* verbs.c - a connection's queue pair, completion queue and registered
+ * memory, and the work requests of the data path (proto.h).
+ *
+ * Remote access is the least each area needs: the receive ring and the
+ * credit word are the only areas the peer may write, and nothing is ever
+ * remotely readable. Message buffers and the send copy are local. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <arpa/inet.h>
+
+#include "config/config.h"
+#include "config/log.h"
+#include "core/ownfd.h"
+#include "transport/rdma/conn.h"
+#include "transport/rdma/dev.h"
+
+/* Send work requests are signalled one in this many, and whenever the
+ * queue would otherwise fill: enough completions to know what is free. */
+#define SIGNAL_EVERY 16
+
+static int area_new(struct vs_rdma_area *a, struct ibv_pd *pd, size_t size, int access)
+{
+    a->size = size;
+    a->mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (a->mem == MAP_FAILED) {
+        a->mem = NULL;
+        return -ENOMEM;
+    }
+    a->mr = ibv_reg_mr(pd, a->mem, size, access);
+    if (!a->mr) {
+        int err = errno ? errno : ENOMEM;
+        munmap(a->mem, size);
+        a->mem = NULL;
+        return -err;
+    }
+    return 0;
+}
+
+static void area_free(struct vs_rdma_area *a)
+{
+    if (a->mr)
+        ibv_dereg_mr(a->mr);
+    if (a->mem)
+        munmap(a->mem, a->size);
+    memset(a, 0, sizeof(*a));
+}
+
+static int post_recv(struct vs_rdma_conn *c, unsigned slot)
+{
+    struct ibv_sge sge = {
+        .addr = (uintptr_t)c->msgs.mem + (uint64_t)slot * VS_RDMA_MSG_SIZE,
+        .length = VS_RDMA_MSG_SIZE,
+        .lkey = c->msgs.mr->lkey,
+    };
+    struct ibv_recv_wr wr = {.wr_id = slot, .sg_list = &sge, .num_sge = 1}, *bad;
+    return ibv_post_recv(c->qp, &wr, &bad);
+}
+
+/* The completion channel's fd is one of ours (core/ownfd.h) and never
+ * blocks: readiness reads it without waiting. */
+static int own_channel(struct vs_rdma_conn *c)
+{
+    int fl = fcntl(c->channel->fd, F_GETFL);
+    if (fl < 0 || fcntl(c->channel->fd, F_SETFL, fl | O_NONBLOCK) < 0)
+        return -errno;
+    fcntl(c->channel->fd, F_SETFD, FD_CLOEXEC);
+    c->channel->fd = vs_ownfd_take(c->channel->fd, c, NULL);
+    return 0;
+}
+
+int vs_rdma_verbs_setup(struct vs_rdma_conn *c, struct rdma_cm_id *id)
+{
+    c->pd = vs_rdma_dev_pd(id->verbs);
+    if (!c->pd)
+        return -ENODEV;
+    snprintf(c->device, sizeof(c->device), "%s", ibv_get_device_name(id->verbs->device));
+    c->depth = (unsigned)vs_config.rdma_qp_depth;
+    c->channel = ibv_create_comp_channel(id->verbs);
+    if (!c->channel)
+        return -errno;
+    int rc = own_channel(c);
+    if (rc < 0)
+        return rc;
+    c->cq = ibv_create_cq(id->verbs, (int)(2 * c->depth), c, c->channel, 0);
+    if (!c->cq)
+        return -errno;
+    c->rx_size = c->tx_size = vs_config.rdma_ring;
+    int local = IBV_ACCESS_LOCAL_WRITE;
+    /* Message buffers: DEPTH to receive into, DEPTH to send from. */
+    if ((rc = area_new(&c->msgs, c->pd, 2 * (size_t)c->depth * VS_RDMA_MSG_SIZE, local)) < 0)
+        return rc;
+    struct ibv_qp_init_attr attr = {
+        .send_cq = c->cq,
+        .recv_cq = c->cq,
+        .cap = {.max_send_wr = c->depth,
+                .max_recv_wr = c->depth,
+                .max_send_sge = 1,
+                .max_recv_sge = 1,
+                .max_inline_data = (uint32_t)vs_config.rdma_inline},
+        .qp_type = IBV_QPT_RC,
+        .sq_sig_all = 0,
+    };
+    if (rdma_create_qp(id, c->pd, &attr) < 0) {
+        /* The device may not inline that much: without. */
+        attr.cap.max_inline_data = 0;
+        if (rdma_create_qp(id, c->pd, &attr) < 0)
+            return -errno;
+    }
+    c->qp = id->qp;
+    c->inline_max = attr.cap.max_inline_data;
+    for (unsigned i = 0; i < c->depth; i++)
+        if ((rc = post_recv(c, i)) != 0)
+            return -rc;
+    return 0;
+}
+
+/* The memory the peer may write: registered only once its proof checked. */
+int vs_rdma_expose(struct vs_rdma_conn *c)
+{
+    int remote = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+    int rc = area_new(&c->rx, c->pd, c->rx_size, remote);
+    if (rc == 0)
+        rc = area_new(&c->credit, c->pd, 4096, remote);
+    return rc;
+}
+
+/* The send copy: as large as the peer's ring, local access only. */
+int vs_rdma_alloc_tx(struct vs_rdma_conn *c)
+{
+    return area_new(&c->tx, c->pd, c->tx_size, 0);
+}
+
+void vs_rdma_verbs_teardown(struct vs_rdma_conn *c)
+{
+    if (c->qp && c->id) {
+        rdma_destroy_qp(c->id);
+        c->qp = NULL;
+    }
+    if (c->cq) {
+        ibv_ack_cq_events(c->cq, c->cq_events);
+        ibv_destroy_cq(c->cq);
+        c->cq = NULL;
+    }
+    if (c->channel) {
+        /* The fd was ours: let ownfd forget it before the library closes it. */
+        if (!vs_ownfd_mine(c->channel->fd, c))
+            c->channel->fd = -1;
+        ibv_destroy_comp_channel(c->channel);
+        c->channel = NULL;
+    }
+    area_free(&c->rx);
+    area_free(&c->credit);
+    area_free(&c->msgs);
+    area_free(&c->tx);
+}
+
+static bool sq_room(struct vs_rdma_conn *c, unsigned want);
+
+static int post_send_locked(struct vs_rdma_conn *c, struct ibv_send_wr *wr)
+{
+    if (!sq_room(c, 1))
+        return -EAGAIN;
+    bool signal = ++c->since_signal >= SIGNAL_EVERY || c->sq_posted - c->sq_done + 2 >= c->depth;
+    if (signal) {
+        wr->send_flags |= IBV_SEND_SIGNALED;
+        c->since_signal = 0;
+    }
+    c->sq_posted++;
+    wr->wr_id = signal ? c->sq_posted : 0;
+    struct ibv_send_wr *bad;
+    int rc = ibv_post_send(c->qp, wr, &bad);
+    if (rc) {
+        c->sq_posted--;
+        return -rc;
+    }
+    return 0;
+}
+
+/* Completions free send queue slots: each signalled one, all before it. */
+static void on_send_done(struct vs_rdma_conn *c, const struct ibv_wc *wc)
+{
+    if (wc->wr_id && wc->wr_id - c->sq_done <= c->sq_posted - c->sq_done)
+        c->sq_done = (unsigned)wc->wr_id;
+}
+
+static void on_recv(struct vs_rdma_conn *c, const struct ibv_wc *wc)
+{
+    unsigned slot = (unsigned)wc->wr_id;
+    if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+        uint32_t imm = ntohl(wc->imm_data);
+        if (imm & VS_RDMA_IMM_CREDIT) {
+            vs_rdma_on_credit(c);
+        } else {
+            /* The peer can only write what our credit allowed: more is a lie. */
+            uint64_t head = atomic_load(&c->rx_head) + imm;
+            if (head - __atomic_load_n(&c->rx_tail, __ATOMIC_ACQUIRE) > c->rx_size)
+                atomic_store(&c->st.violated, true);
+            else
+                atomic_store_explicit(&c->rx_head, head, memory_order_release);
+        }
+    } else if (wc->byte_len >= sizeof(struct vs_rdma_msg)) {
+        struct vs_rdma_msg m;
+        memcpy(&m, (char *)c->msgs.mem + (uint64_t)slot * VS_RDMA_MSG_SIZE, sizeof(m));
+        vs_rdma_on_msg(c, &m);
+    } else {
+        atomic_store(&c->st.violated, true);
+    }
+    if (slot < c->depth && post_recv(c, slot) != 0)
+        atomic_store(&c->broken, true);
+}
+
+/* (qp_lock) */
+static int poll_locked(struct vs_rdma_conn *c)
+{
+    struct ibv_wc wc[16];
+    int total = 0, n;
+    while ((n = ibv_poll_cq(c->cq, 16, wc)) > 0) {
+        total += n;
+        for (int i = 0; i < n; i++) {
+            if (wc[i].status != IBV_WC_SUCCESS) {
+                /* Flushed or failed: the queue pair is in error for good. */
+                if (!atomic_exchange(&c->broken, true))
+                    vs_info("rdma %s: completion error: %s", c->device,
+                            ibv_wc_status_str(wc[i].status));
+                continue;
+            }
+            if (wc[i].opcode & IBV_WC_RECV)
+                on_recv(c, &wc[i]);
+            else
+                on_send_done(c, &wc[i]);
+        }
+    }
+    if (n < 0)
+        atomic_store(&c->broken, true);
+    return total;
+}
+
+static bool sq_room(struct vs_rdma_conn *c, unsigned want)
+{
+    if (c->sq_posted - c->sq_done + want <= c->depth)
+        return true;
+    poll_locked(c);
+    return c->sq_posted - c->sq_done + want <= c->depth;
+}
+
+void vs_rdma_poll(struct vs_rdma_conn *c)
+{
+    if (!c->cq)
+        return;
+    pthread_mutex_lock(&c->qp_lock);
+    poll_locked(c);
+    pthread_mutex_unlock(&c->qp_lock);
+}
+
+void vs_rdma_notify(struct vs_rdma_conn *c)
+{
+    if (c->cq)
+        ibv_req_notify_cq(c->cq, 0);
+}
+
+void vs_rdma_channel_drain(struct vs_rdma_conn *c)
+{
+    if (!c->channel)
+        return;
+    struct ibv_cq *cq;
+    void *ctx;
+    pthread_mutex_lock(&c->qp_lock);
+    while (ibv_get_cq_event(c->channel, &cq, &ctx) == 0)
+        c->cq_events++;
+    if (c->cq_events >= 64) {
+        ibv_ack_cq_events(c->cq, c->cq_events);
+        c->cq_events = 0;
+    }
+    pthread_mutex_unlock(&c->qp_lock);
+}
+
+int vs_rdma_post_msg(struct vs_rdma_conn *c, const struct vs_rdma_msg *m)
+{
+    pthread_mutex_lock(&c->qp_lock);
+    /* A send slot is reused only after depth more sends, when the queue
+     * cannot still hold the one that used it. */
+    unsigned slot = c->depth + c->sq_posted % c->depth;
+    void *buf = (char *)c->msgs.mem + (uint64_t)slot * VS_RDMA_MSG_SIZE;
+    memcpy(buf, m, sizeof(*m));
+    struct ibv_sge sge = {.addr = (uintptr_t)buf, .length = sizeof(*m), .lkey = c->msgs.mr->lkey};
+    struct ibv_send_wr wr = {.sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND};
+    if (c->inline_max >= sizeof(*m))
+        wr.send_flags = IBV_SEND_INLINE;
+    /* Close and revert wait for these to complete: signalled. */
+    if (m->type == VS_RDMA_MSG_SHUT || m->type == VS_RDMA_MSG_REVERT)
+        c->since_signal = SIGNAL_EVERY;
+    int rc = post_send_locked(c, &wr);
+    pthread_mutex_unlock(&c->qp_lock);
+    return rc;
+}
+
+int vs_rdma_post_credit(struct vs_rdma_conn *c, bool wake)
+{
+    pthread_mutex_lock(&c->qp_lock);
+    /* The word goes from the credit area's second half: our own copy. */
+    uint64_t *word = (uint64_t *)((char *)c->credit.mem + 2048);
+    uint64_t tail = __atomic_load_n(&c->rx_tail, __ATOMIC_ACQUIRE);
+    *word = tail;
+    struct ibv_sge sge = {.addr = (uintptr_t)word, .length = 8, .lkey = c->credit.mr->lkey};
+    struct ibv_send_wr wr = {
+        .sg_list = &sge,
+        .num_sge = 1,
+        .opcode = wake ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE,
+        .imm_data = htonl(VS_RDMA_IMM_CREDIT),
+        .wr.rdma = {.remote_addr = c->peer_credit_addr, .rkey = c->peer_credit_rkey},
+    };
+    if (c->inline_max >= 8)
+        wr.send_flags = IBV_SEND_INLINE;
+    int rc = post_send_locked(c, &wr);
+    if (rc == 0)
+        atomic_store(&c->rx_credited, tail);
+    pthread_mutex_unlock(&c->qp_lock);
+    return rc;
+}
+
+int vs_rdma_post_data(struct vs_rdma_conn *c, uint64_t pos, size_t len)
+{
+    uint64_t off = pos & (c->tx_size - 1);
+    struct ibv_sge sge = {
+        .addr = (uintptr_t)c->tx.mem + off, .length = (uint32_t)len, .lkey = c->tx.mr->lkey};
+    struct ibv_send_wr wr = {
+        .sg_list = &sge,
+        .num_sge = 1,
+        .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
+        .imm_data = htonl((uint32_t)len),
+        .wr.rdma = {.remote_addr = c->peer_ring_addr + off, .rkey = c->peer_ring_rkey},
+    };
+    if (len <= c->inline_max)
+        wr.send_flags = IBV_SEND_INLINE;
+    pthread_mutex_lock(&c->qp_lock);
+    int rc = post_send_locked(c, &wr);
+    pthread_mutex_unlock(&c->qp_lock);
+    return rc;
+}
+
+uint64_t vs_rdma_peer_tail(struct vs_rdma_conn *c)
+{
+    return c->credit.mem ? __atomic_load_n((uint64_t *)c->credit.mem, __ATOMIC_ACQUIRE) : 0;
+}

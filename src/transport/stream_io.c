@@ -1,0 +1,111 @@
+/* stream_io.c - the data path's shared pieces (stream_io.h). */
+#include "transport/stream_io.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "core/clock.h"
+#include "interpose/real.h"
+#include "interpose/signals.h"
+
+size_t vs_iov_total(const struct iovec *iov, size_t cnt)
+{
+    size_t t = 0;
+    for (size_t i = 0; i < cnt; i++)
+        t += iov[i].iov_len;
+    return t;
+}
+
+/* OUT = the part of IN after SKIP bytes, at most LIMIT long. */
+int vs_iov_window(const struct iovec *in, int cnt, size_t skip, uint64_t limit, struct iovec *out)
+{
+    int n = 0;
+    for (int i = 0; i < cnt && limit > 0; i++) {
+        size_t len = in[i].iov_len;
+        if (skip >= len) {
+            skip -= len;
+            continue;
+        }
+        size_t take = len - skip;
+        if (take > limit)
+            take = (size_t)limit;
+        out[n].iov_base = (char *)in[i].iov_base + skip;
+        out[n].iov_len = take;
+        n++;
+        limit -= take;
+        skip = 0;
+    }
+    return n;
+}
+
+bool vs_fd_nonblocking(int fd)
+{
+    long fl = syscall(SYS_fcntl, fd, F_GETFL);
+    return fl >= 0 && (fl & O_NONBLOCK);
+}
+
+/* A timeout option as nanoseconds; -1 when none. */
+long vs_sock_timeout_ns(int fd, int opt)
+{
+    struct timeval tv = {0, 0};
+    socklen_t len = sizeof(tv);
+    if (vs_real.getsockopt(fd, SOL_SOCKET, opt, &tv, &len) < 0 || (!tv.tv_sec && !tv.tv_usec))
+        return -1;
+    return tv.tv_sec * 1000000000L + tv.tv_usec * 1000L;
+}
+
+long vs_blocking_left(struct vs_blocking *b, int fd)
+{
+    if (!b->started) {
+        b->started = true;
+        b->timeout_ns = vs_sock_timeout_ns(fd, b->opt);
+        b->deadline = b->timeout_ns < 0 ? -1 : vs_now_ns() + b->timeout_ns;
+    }
+    return b->deadline < 0 ? -1 : b->deadline - vs_now_ns();
+}
+
+void vs_raise_sigpipe(int flags)
+{
+    if (!(flags & MSG_NOSIGNAL))
+        syscall(SYS_tgkill, getpid(), (pid_t)syscall(SYS_gettid), SIGPIPE);
+}
+
+/* What the kernel says of the TCP socket once the data moved to the rings:
+ * 1 bytes waiting (REVERT, or a protocol violation), 0 end of stream (the
+ * peer is gone), -errno (reset), -EAGAIN nothing. */
+int vs_tcp_peek(int fd)
+{
+    char b;
+    ssize_t n = vs_real.recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n > 0 ? 1 : n == 0 ? 0 : -errno;
+}
+
+/* After a wait failed: whether the call goes on (a signal whose handler
+ * asked for restarts, as the kernel would), else the errno to return. */
+int vs_wait_failed(int rc, const struct vs_blocking *b)
+{
+    if (rc == -ETIMEDOUT)
+        return EAGAIN;
+    if (b->timeout_ns < 0 && vs_signals_restart())
+        return 0;
+    return EINTR;
+}
+
+/* Receive side, TCP phase: reads at most LIMIT bytes without blocking. */
+ssize_t vs_tcp_read(int fd, struct msghdr *msg, socklen_t namelen, size_t skip, uint64_t limit,
+                    int flags)
+{
+    struct iovec win[msg->msg_iovlen ? msg->msg_iovlen : 1];
+    struct msghdr m = *msg;
+    m.msg_namelen = namelen;
+    m.msg_iov = win;
+    m.msg_iovlen = (size_t)vs_iov_window(msg->msg_iov, (int)msg->msg_iovlen, skip, limit, win);
+    ssize_t n = vs_real.recvmsg(fd, &m, (flags & ~MSG_WAITALL) | MSG_DONTWAIT);
+    msg->msg_flags = m.msg_flags;
+    msg->msg_namelen = m.msg_namelen;
+    return n;
+}
