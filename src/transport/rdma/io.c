@@ -73,12 +73,15 @@ static int sleep_on(struct vs_rdma_conn *c, int fd, short tcp_events, struct vs_
         vs_rdma_notify(c);
         p[n++] = (struct pollfd){.fd = c->channel->fd, .events = POLLIN};
     }
+    /* rdma_cm events: the set-up's, and after it the peer's disconnection
+     * (its process died: its kernel tore its queue pair down). */
     const char *why;
-    struct rdma_event_channel *ch = vs_rdma_active(c) && !vs_rdma_done(c)
+    struct rdma_event_channel *ch = vs_rdma_active(c) && atomic_load(&c->hs) != VS_RDMA_YOUNG
                                         ? vs_rdma_dev_channel(&why)
                                         : NULL;
-    if (ch && atomic_load(&c->hs) != VS_RDMA_YOUNG)
-        p[n++] = (struct pollfd){.fd = ch->fd, .events = POLLIN};
+    int cm = -1;
+    if (ch)
+        p[cm = n++] = (struct pollfd){.fd = ch->fd, .events = POLLIN};
     /* Completions that came before the notification was armed. */
     uint64_t head = atomic_load(&c->rx_head), tail = vs_rdma_peer_tail(c);
     unsigned gen = atomic_load(&c->gen);
@@ -103,6 +106,8 @@ static int sleep_on(struct vs_rdma_conn *c, int fd, short tcp_events, struct vs_
         atomic_store(&c->tcp_event, true);
     if (c->channel)
         vs_rdma_channel_drain(c);
+    if (cm >= 0 && p[cm].revents)
+        vs_rdma_dev_events();
     vs_rdma_progress(c, fd);
     return 0;
 }
@@ -371,7 +376,7 @@ static ssize_t rdma_send(struct vs_rdma_conn *c, int fd, const struct iovec *iov
             vs_rdma_ask_credit(c);
             if (nonblock || total)
                 break;
-            int rc = sleep_on(c, fd, POLLRDHUP, &b);
+            int rc = sleep_on(c, fd, 0, &b);
             int err = rc < 0 ? vs_wait_failed(rc, &b) : 0;
             if (err)
                 return total ? (ssize_t)total : -err;
@@ -385,7 +390,7 @@ static ssize_t rdma_send(struct vs_rdma_conn *c, int fd, const struct iovec *iov
             /* The send queue is full: its completions free it. */
             if (nonblock || total)
                 break;
-            int w = sleep_on(c, fd, POLLRDHUP, &b);
+            int w = sleep_on(c, fd, 0, &b);
             int err = w < 0 ? vs_wait_failed(w, &b) : 0;
             if (err)
                 return total ? (ssize_t)total : -err;

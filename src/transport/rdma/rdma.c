@@ -197,6 +197,11 @@ static unsigned poll_now(struct vs_sock *s, int fd, unsigned interest, int tcp_r
     }
     unsigned ev = ready_rdma(c, interest);
     unsigned tcp = (unsigned)tcp_revents;
+    if (vs_rdma_done(c) && (tcp & (POLLRDHUP | POLLHUP | POLLERR))) {
+        /* The peer may be gone: rdma_cm says whether its queue pair went. */
+        vs_rdma_dev_events();
+        ev |= ready_rdma(c, interest);
+    }
     if (rx_on_rdma(c)) {
         /* TCP after the switch: the peer's death or its REVERT data. */
         if (tcp & (POLLIN | POLLRDHUP | POLLHUP | POLLERR)) {

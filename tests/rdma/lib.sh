@@ -1,0 +1,55 @@
+# tests/rdma/lib.sh — helpers for the vsocket cases of the RDMA stage
+# (sourced by tests/rdma/cases/*.sh, which run in the Soft-RoCE guest as root
+# with cwd = the checkout, IP and DEV exported by tests/rdma/stage.sh).
+#
+# vs_run CMD...         run CMD under the preload, RDMA forced between the
+#                       processes of the guest (VSOCKET_TRANSPORTS=rdma)
+# plain CMD...          run CMD without vsocket
+# wait_port PORT [S]    until something listens on IP:PORT (default 20 s)
+# expect_rdma_rows N    `vsocket stat` shows at least N connections on rdma
+#                       (retries for 20 s); prints the table
+# expect_reason R       `vsocket stat --all` shows a connection with reason R
+set -euo pipefail
+
+BUILD=${VSOCKET_BUILD_DIR:-$PWD/build}
+LIB=$BUILD/lib/libvsocket.so
+TOOL=$BUILD/bin/vsocket
+STRESS=$BUILD/bin/vsocket-stress
+IP=${IP:-10.77.0.1}
+export VSOCKET_STATS_DIR=${VSOCKET_STATS_DIR:-$(mktemp -d /tmp/vs-stats.XXXXXX)}
+[ -e "$LIB" ] || { echo "no $LIB: build first (cmake --build build)"; exit 1; }
+
+vs_run() { env LD_PRELOAD="$LIB" VSOCKET_TRANSPORTS=rdma "$@"; }
+plain() { env -u LD_PRELOAD "$@"; }
+
+wait_port() {
+  local port=$1 limit=${2:-20} i
+  for ((i = 0; i < limit * 10; i++)); do
+    if ss -ltnH "sport = :$port" 2>/dev/null | grep -q .; then return 0; fi
+    sleep 0.1
+  done
+  echo "nothing listens on port $port after ${limit}s"
+  return 1
+}
+
+expect_rdma_rows() {
+  local want=$1 i n=0 out
+  for ((i = 0; i < 200; i++)); do
+    out=$("$TOOL" stat 2>/dev/null || true)
+    n=$(grep -c ' rdma ' <<<"$out" || true)
+    [ "$n" -ge "$want" ] && { echo "$out"; return 0; }
+    sleep 0.1
+  done
+  echo "vsocket stat shows $n connections on rdma, expected at least $want:"
+  echo "$out"
+  return 1
+}
+
+expect_reason() {
+  local reason=$1 out
+  out=$("$TOOL" stat --all 2>/dev/null || true)
+  grep -q -- "$reason" <<<"$out" && return 0
+  echo "vsocket stat --all shows no connection with reason $reason:"
+  echo "$out"
+  return 1
+}
