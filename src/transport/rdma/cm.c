@@ -18,6 +18,8 @@
 
 /* An accepter calls a connector that did not answer again after this. */
 #define VS_RDMA_RETRY_NS 10000000L
+/* Callers that failed their proof before the connector gives up. */
+#define VS_RDMA_MAX_BAD_PROOFS 3
 /* rdma_cm's address and route resolution limits, in ms. */
 #define RESOLVE_MS 2000
 
@@ -298,8 +300,15 @@ static void connector_proof(struct vs_rdma_conn *c, const struct vs_rdma_msg *m)
     uint8_t want[VS_SHA256_LEN];
     vs_rdma_proof_mac(&c->proof, false, true, connector_addr(c), accepter_addr(c), want);
     if (m->type != VS_RDMA_MSG_PROOF || !vs_equal_ct(want, m->mac, sizeof(want))) {
+        /* An impostor, or a caller that saw other bytes: hang up and go on
+         * listening for the real peer, a few times. */
         vs_info("rdma: the caller cannot prove it holds the peer socket: refused");
-        return fail(c, VS_REASON_PEER_PROOF_FAILED);
+        if (++c->bad_proofs >= VS_RDMA_MAX_BAD_PROOFS)
+            return fail(c, VS_REASON_PEER_PROOF_FAILED);
+        drop_link(c);
+        atomic_store(&c->setup_msg_in, false);
+        atomic_store(&c->hs, VS_RDMA_LISTEN);
+        return;
     }
     if (vs_rdma_expose(c) < 0 || attach_peer(c, m) < 0)
         return fail(c, VS_REASON_NO_RESOURCES);

@@ -1,9 +1,11 @@
 /* conn.c - a connection's RDMA state: creation, failure, this process's
  * list of them. */
 #include <stdlib.h>
+#include <time.h>
 #include <string.h>
 
 #include "core/clock.h"
+#include "core/ownfd.h"
 #include "interpose/real.h"
 #include "transport/rdma/conn.h"
 #include "transport/rdma/dev.h"
@@ -45,6 +47,7 @@ struct vs_rdma_conn *vs_rdma_conn_new(struct vs_sock *s, bool accepter, int fd,
     pthread_mutex_init(&c->rx_lock, NULL);
     pthread_mutex_init(&c->qp_lock, NULL);
     c->accepter = accepter;
+    c->hold_fd = -1;
     vs_upgrade_init(&c->up);
     socklen_t llen = sizeof(c->local), plen = sizeof(c->peer);
     if (peer && len <= sizeof(c->peer))
@@ -88,6 +91,8 @@ void vs_rdma_conn_free(struct vs_rdma_conn *c)
 {
     list_del(c);
     vs_rdma_conn_teardown(c);
+    if (c->hold_fd >= 0)
+        vs_ownfd_close(c->hold_fd, c);
     vs_rdma_proof_wipe(&c->proof);
     pthread_mutex_destroy(&c->ctl_lock);
     pthread_mutex_destroy(&c->tx_lock);
@@ -118,7 +123,63 @@ void vs_rdma_conn_each(void (*fn)(struct vs_rdma_conn *c, void *arg), void *arg)
  * every connection FAILED (rdma.c). */
 void vs_rdma_conn_fork_child(void)
 {
-    for (struct vs_rdma_conn *c = list; c; c = c->next)
-        atomic_store(&c->hs, VS_RDMA_FAILED);
     pthread_mutex_init(&list_lock, NULL);
+    for (struct vs_rdma_conn *c = list; c; c = c->next) {
+        atomic_store(&c->hs, VS_RDMA_FAILED);
+        /* The socket is the parent's to keep open, not ours. */
+        if (c->hold_fd >= 0)
+            vs_ownfd_close(c->hold_fd, c);
+        c->hold_fd = -1;
+    }
+}
+
+/* How long a closed connection waits for its writes to be placed. */
+#define CLOSE_LINGER_NS 5000000000L
+
+void vs_rdma_conn_close_later(struct vs_rdma_conn *c)
+{
+    pthread_mutex_lock(&list_lock);
+    c->close_deadline_ns = vs_now_ns() + CLOSE_LINGER_NS;
+    c->closing = true;
+    pthread_mutex_unlock(&list_lock);
+}
+
+static struct vs_rdma_conn *take_reapable(long now)
+{
+    struct vs_rdma_conn *found = NULL;
+    pthread_mutex_lock(&list_lock);
+    for (struct vs_rdma_conn *c = list; c && !found; c = c->next) {
+        if (!c->closing)
+            continue;
+        vs_rdma_poll(c);
+        if (vs_rdma_sends_done(c) || atomic_load(&c->broken) || now > c->close_deadline_ns) {
+            c->closing = false;
+            found = c;
+        }
+    }
+    pthread_mutex_unlock(&list_lock);
+    return found;
+}
+
+static bool any_closing(void)
+{
+    bool any = false;
+    pthread_mutex_lock(&list_lock);
+    for (struct vs_rdma_conn *c = list; c && !any; c = c->next)
+        any = c->closing;
+    pthread_mutex_unlock(&list_lock);
+    return any;
+}
+
+void vs_rdma_reap(bool wait)
+{
+    for (;;) {
+        struct vs_rdma_conn *c;
+        while ((c = take_reapable(vs_now_ns())))
+            vs_rdma_conn_free(c);
+        if (!wait || !any_closing())
+            return;
+        struct timespec ts = {0, 200000};
+        nanosleep(&ts, NULL);
+    }
 }

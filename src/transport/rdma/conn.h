@@ -53,6 +53,7 @@ struct vs_rdma_conn {
     const char *fail_reason; /* (ctl) a static string */
     struct vs_upgrade up;
     long next_try_ns; /* accepter: the next call on the connector (ctl) */
+    unsigned bad_proofs; /* connector: callers whose proof failed (ctl) */
     struct sockaddr_storage local, peer; /* as this side sees the TCP connection */
     char device[32];                     /* the RDMA device carrying it */
 
@@ -107,6 +108,13 @@ struct vs_rdma_conn {
     _Atomic bool tcp_event;
     _Atomic int sleepers;
 
+    /* A descriptor of our own for the TCP socket while on RDMA: the
+     * program's close must not send the FIN before the bytes it wrote are
+     * placed in the peer's memory (conn.c: closing). */
+    int hold_fd;
+    bool closing;             /* released, waiting for its writes (list lock) */
+    long close_deadline_ns;
+
     struct vs_rdma_conn *next, *prev; /* this process's list (conn.c) */
 };
 
@@ -118,6 +126,14 @@ void vs_rdma_conn_free(struct vs_rdma_conn *c);
 void vs_rdma_conn_fail(struct vs_rdma_conn *c, const char *reason); /* (ctl) */
 /* Calls FN on every connection of the process, under the list's lock. */
 void vs_rdma_conn_each(void (*fn)(struct vs_rdma_conn *c, void *arg), void *arg);
+/* The program let go of C with writes still in flight: it is freed (and
+ * its TCP socket closed) once they are placed, or after a bound. */
+void vs_rdma_conn_close_later(struct vs_rdma_conn *c);
+/* Frees the connections whose writes are placed; WAIT: at exit, waits for
+ * them (bounded). */
+void vs_rdma_reap(bool wait);
+/* Whether every send posted on C completed. */
+bool vs_rdma_sends_done(struct vs_rdma_conn *c);
 /* fork: the child's copies are not its own (rdma.c). */
 void vs_rdma_conn_fork_child(void);
 /* Frees the verbs and rdma_cm resources (not the state). */

@@ -13,17 +13,11 @@
 #include "transport/rdma/conn.h"
 #include "transport/rdma/rdma.h"
 
-#define MAX_DEVICES 16
-
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t cm_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct rdma_event_channel *channel;
 static bool tried, unusable;
 static const char *unusable_why;
-static struct {
-    struct ibv_context *ctx;
-    struct ibv_pd *pd;
-} pds[MAX_DEVICES];
 
 static bool devices_present(void)
 {
@@ -75,26 +69,6 @@ struct rdma_event_channel *vs_rdma_dev_channel(const char **why)
         *why = unusable_why ? unusable_why : VS_REASON_NO_RDMA_DEVICE;
     pthread_mutex_unlock(&lock);
     return ch;
-}
-
-struct ibv_pd *vs_rdma_dev_pd(struct ibv_context *ctx)
-{
-    struct ibv_pd *pd = NULL;
-    pthread_mutex_lock(&lock);
-    for (int i = 0; i < MAX_DEVICES && !pd; i++) {
-        if (pds[i].ctx == ctx) {
-            pd = pds[i].pd;
-        } else if (!pds[i].ctx) {
-            pd = ibv_alloc_pd(ctx);
-            if (pd) {
-                pds[i].ctx = ctx;
-                pds[i].pd = pd;
-            }
-            break;
-        }
-    }
-    pthread_mutex_unlock(&lock);
-    return pd;
 }
 
 void vs_rdma_dev_lock(void)

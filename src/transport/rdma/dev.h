@@ -1,6 +1,5 @@
 /* dev.h - what the rdma transport keeps per process: the rdma_cm event
- * channel every connection's set-up uses, and a protection domain per
- * device. Created at the first connection that tries RDMA; a child after
+ * channel every connection's set-up uses. Created at the first connection that tries RDMA; a child after
  * fork starts without them. */
 #ifndef VSOCKET_RDMA_DEV_H
 #define VSOCKET_RDMA_DEV_H
@@ -17,9 +16,6 @@ struct rdma_event_channel *vs_rdma_dev_channel(const char **why);
 
 /* Whether this machine has an RDMA device at all (a look at sysfs). */
 bool vs_rdma_dev_channel_possible(void);
-
-/* The protection domain for a device context (one per process and device). */
-struct ibv_pd *vs_rdma_dev_pd(struct ibv_context *ctx);
 
 /* Reads every rdma_cm event waiting and hands each to its connection
  * (cm.c: vs_rdma_on_cm_event). Never blocks. */

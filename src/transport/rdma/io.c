@@ -21,6 +21,7 @@
 #include "transport/rdma/conn.h"
 #include "transport/rdma/rdma.h"
 #include "transport/stream_io.h"
+#include "readiness/wait_common.h"
 
 /* How long close and shutdown wait for the peer to acknowledge what was
  * written: long enough for a slow peer, bounded for a dead one. */
@@ -60,13 +61,29 @@ void vs_rdma_ask_credit(struct vs_rdma_conn *c)
 
 /* ------------------------------------------------------------------ waits */
 
-/* Sleeps until the CQ, the set-up or the TCP socket may have news. 0,
- * -EINTR or -ETIMEDOUT. */
+/* Whether the CQ brought news since the marks in ARG2 (busy-polling). */
+static bool cq_news(void *arg, const void *arg2)
+{
+    struct vs_rdma_conn *c = arg;
+    const uint64_t *mark = arg2;
+    vs_rdma_poll(c);
+    return mark[0] != atomic_load(&c->rx_head) || mark[1] != vs_rdma_peer_tail(c) ||
+           mark[2] != atomic_load(&c->gen);
+}
+
+/* Sleeps until the CQ, the set-up or the TCP socket may have news, after a
+ * bounded busy-poll of the CQ (VSOCKET_POLL_US) while on RDMA. 0, -EINTR
+ * or -ETIMEDOUT. */
 static int sleep_on(struct vs_rdma_conn *c, int fd, short tcp_events, struct vs_blocking *b)
 {
     long left = vs_blocking_left(b, fd);
     if (b->deadline >= 0 && left <= 0)
         return -ETIMEDOUT;
+    if (vs_rdma_done(c) && c->cq) {
+        uint64_t mark[3] = {atomic_load(&c->rx_head), vs_rdma_peer_tail(c), atomic_load(&c->gen)};
+        if (vs_spin_until(cq_news, c, mark))
+            return 0;
+    }
     struct pollfd p[3] = {{.fd = fd, .events = tcp_events}};
     int n = 1;
     if (c->channel) {
@@ -499,10 +516,7 @@ static void wait_placed(struct vs_rdma_conn *c)
 {
     long until = vs_now_ns() + FLUSH_NS;
     while (!atomic_load(&c->broken) && vs_now_ns() < until) {
-        pthread_mutex_lock(&c->qp_lock);
-        bool idle = c->sq_posted == c->sq_done;
-        pthread_mutex_unlock(&c->qp_lock);
-        if (idle)
+        if (vs_rdma_sends_done(c))
             return;
         vs_rdma_poll(c);
         struct timespec ts = {0, 100000};
@@ -510,14 +524,14 @@ static void wait_placed(struct vs_rdma_conn *c)
     }
 }
 
-/* Sends SHUT (our transport data ends at tx_head) once, signalled, and
- * waits for it: then the peer holds everything before it. (tx) */
-static void send_shut(struct vs_rdma_conn *c)
+/* Sends SHUT (our transport data ends at tx_head) once, signalled; WAIT:
+ * until it completes, then the peer holds everything before it. (tx) */
+static void send_shut(struct vs_rdma_conn *c, bool wait)
 {
     if (!vs_stream_tx_on_transport(&c->st) || atomic_exchange(&c->tx_shut_sent, true))
         return;
     struct vs_rdma_msg m = {.type = VS_RDMA_MSG_SHUT, .a = c->tx_head};
-    if (vs_rdma_post_msg(c, &m) == 0)
+    if (vs_rdma_post_msg(c, &m) == 0 && wait)
         wait_placed(c);
 }
 
@@ -529,17 +543,25 @@ int vs_rdma_shutdown(struct vs_sock *s, int fd, int how)
         if (!atomic_load(&c->st.tx_switched))
             c->st.tx_shut = true; /* the FIN goes on TCP: never switch */
         else
-            send_shut(c);
+            send_shut(c, true);
         pthread_mutex_unlock(&c->tx_lock);
     }
     return vs_real.shutdown(fd, how);
 }
 
-void vs_rdma_flush_close(struct vs_rdma_conn *c)
+/* The program closed the socket: SHUT goes out, and the connection (with
+ * the TCP socket it holds) goes once the writes are placed, without
+ * blocking the close. */
+void vs_rdma_close(struct vs_rdma_conn *c)
 {
     pthread_mutex_lock(&c->tx_lock);
-    send_shut(c);
+    send_shut(c, false);
     pthread_mutex_unlock(&c->tx_lock);
+    vs_rdma_poll(c);
+    if (vs_rdma_sends_done(c) || atomic_load(&c->broken))
+        vs_rdma_conn_free(c);
+    else
+        vs_rdma_conn_close_later(c);
 }
 
 bool vs_rdma_ioctl(struct vs_sock *s, int fd, unsigned long req, int *value)

@@ -10,7 +10,9 @@
 #include "config/config.h"
 #include "config/log.h"
 #include "core/clock.h"
+#include "core/ownfd.h"
 #include "core/reason.h"
+#include <fcntl.h>
 #include "interpose/real.h"
 #include "transport/rdma/conn.h"
 #include "transport/rdma/dev.h"
@@ -114,6 +116,11 @@ void vs_rdma_sync(struct vs_sock *s, int fd)
         return;
     }
     s->conn_shown = hs;
+    if (hs == VS_RDMA_DONE && c->hold_fd < 0) {
+        int dup = vs_real.fcntl(fd, F_DUPFD_CLOEXEC, 0);
+        if (dup >= 0)
+            c->hold_fd = vs_ownfd_take(dup, c, NULL);
+    }
     if (hs == VS_RDMA_DONE) {
         s->transport = VS_TRANSPORT_RDMA;
         vs_stats_set_transport(s->stat, VS_TRANSPORT_RDMA, c->device);
@@ -320,10 +327,12 @@ static void leave(struct vs_sock *s, int fd, const char *reason)
 static void release(struct vs_sock *s)
 {
     struct vs_rdma_conn *c = s->conn;
-    if (vs_rdma_done(c))
-        vs_rdma_flush_close(c);
-    vs_rdma_conn_free(c);
     s->conn = NULL;
+    if (vs_rdma_done(c))
+        vs_rdma_close(c);
+    else
+        vs_rdma_conn_free(c);
+    vs_rdma_reap(false);
 }
 
 static void leave_one(struct vs_rdma_conn *c, void *arg)

@@ -37,9 +37,9 @@ uint64_t vs_rdma_writable(struct vs_rdma_conn *c);
 /* The connection leaves RDMA (exec, fork, stdio): the peer reads what we
  * wrote and resends on TCP what we did not read (REVERT). */
 void vs_rdma_revert(struct vs_rdma_conn *c, int fd, const char *reason);
-/* Sends what the peer lets us and a SHUT; waits (bounded) for the writes
- * to be placed, so that close loses nothing. */
-void vs_rdma_flush_close(struct vs_rdma_conn *c);
+/* The program's last reference went: SHUT, then the connection goes once
+ * its writes are placed (bounded), its TCP socket with it. */
+void vs_rdma_close(struct vs_rdma_conn *c);
 
 /* rdma.c: statistics follow the connection's phase. */
 void vs_rdma_sync(struct vs_sock *s, int fd);

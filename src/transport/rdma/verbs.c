@@ -76,9 +76,12 @@ static int own_channel(struct vs_rdma_conn *c)
 
 int vs_rdma_verbs_setup(struct vs_rdma_conn *c, struct rdma_cm_id *id)
 {
-    c->pd = vs_rdma_dev_pd(id->verbs);
+    /* A protection domain of its own: a remote key of this connection is
+     * worthless on any other queue pair, even another connection's of the
+     * same process with the same peer. */
+    c->pd = ibv_alloc_pd(id->verbs);
     if (!c->pd)
-        return -ENODEV;
+        return -errno;
     snprintf(c->device, sizeof(c->device), "%s", ibv_get_device_name(id->verbs->device));
     c->depth = (unsigned)vs_config.rdma_qp_depth;
     c->channel = ibv_create_comp_channel(id->verbs);
@@ -158,6 +161,10 @@ void vs_rdma_verbs_teardown(struct vs_rdma_conn *c)
     area_free(&c->credit);
     area_free(&c->msgs);
     area_free(&c->tx);
+    if (c->pd) {
+        ibv_dealloc_pd(c->pd);
+        c->pd = NULL;
+    }
 }
 
 static bool sq_room(struct vs_rdma_conn *c, unsigned want);
@@ -347,4 +354,12 @@ int vs_rdma_post_data(struct vs_rdma_conn *c, uint64_t pos, size_t len)
 uint64_t vs_rdma_peer_tail(struct vs_rdma_conn *c)
 {
     return c->credit.mem ? __atomic_load_n((uint64_t *)c->credit.mem, __ATOMIC_ACQUIRE) : 0;
+}
+
+bool vs_rdma_sends_done(struct vs_rdma_conn *c)
+{
+    pthread_mutex_lock(&c->qp_lock);
+    bool done = !c->qp || c->sq_posted == c->sq_done;
+    pthread_mutex_unlock(&c->qp_lock);
+    return done;
 }
