@@ -5,8 +5,9 @@
 #   tools/rdma-guest/run -- bash tests/rdma/cases/doctor.sh).
 # It must say usable and name the device, port, GID index and address; name
 # the locked-memory limit when it holds no connection; name the port DOWN
-# while its interface is down; and the device must then carry rdma_cm
-# traffic (rping), which moves the rxe0 counters the stage checks.
+# while its interface is down and the missing GID while it has no address;
+# and the device must then carry rdma_cm traffic (rping), which moves the
+# rxe0 counters the stage checks.
 set -u
 IP=${IP:-10.77.0.1}
 DEV=${DEV:-rxe0}
@@ -56,6 +57,13 @@ check port-down-fix 4 'ip link set dummy0 up' "$vs" doctor --rdma
 ip link set dummy0 up
 for _ in $(seq 50); do "$vs" doctor --rdma >/dev/null 2>&1 && break; sleep 0.2; done
 check port-up-again 0 "$usable" "$vs" doctor --rdma
+
+# Without an IPv4 address on the interface the port has no IPv4 GID.
+ip addr flush dev dummy0
+check no-gid 4 "^rdma: not usable: $DEV port 1 has no IPv4 RoCE v2 GID" "$vs" doctor --rdma
+ip addr add "$IP/24" dev dummy0
+for _ in $(seq 50); do "$vs" doctor --rdma >/dev/null 2>&1 && break; sleep 0.2; done
+check gid-again 0 "$usable" "$vs" doctor --rdma
 
 # Traffic over what doctor called usable (rdma_cm, as vsocket will).
 cnt=/sys/class/infiniband/$DEV/ports/1/hw_counters
