@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2016  # single-quoted $0 and backquotes are meant literally (bash -c, regexes)
 # test_doctor_rdma.sh VSOCKET - `vsocket doctor --rdma` on this host (no RDMA
 # device: it must say so, not crash) and on fake sysfs trees
 # (VSOCKET_DOCTOR_SYSROOT) shaped like the Soft-RoCE guest's rxe0: usable,

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2016  # single-quoted $0 and backquotes are meant literally (bash -c, regexes)
 # tests/rdma/cases/doctor.sh - `vsocket doctor --rdma` on a real device: the
 # Soft-RoCE guest's rxe0 (run by tests/rdma/stage.sh in the guest, as root,
 # cwd = checkout, IP and DEV exported; by hand:
