@@ -26,13 +26,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "config/config.h"
 #include "core/procfile.h"
 
-/* Registered memory per connection: a send and a receive ring of
- * VSOCKET_RDMA_RING bytes each, plus what the provider pins for the queue
- * pair and completion queues (hardware NICs register those too). An
+/* Registered memory per connection: the receive ring of VSOCKET_RDMA_RING
+ * bytes, the sender's copy of what the peer has not read (as large: see
+ * config/config.h), plus the credit word and what the provider pins for the
+ * queue pair and completion queues (hardware NICs register those too). An
  * estimate, for saying how many connections the limit allows. */
-#define RING_DEFAULT (256ull << 10)
 #define CONN_EXTRA (16ull << 10)
 #define CONNS_WANTED 64
 #define CAP_IPC_LOCK_BIT 14 /* linux/capability.h */
@@ -412,27 +413,29 @@ static void report_access(struct verdict *v, const struct port *ports, int n,
     check_node(v, PROBLEM, "rdma_cm", "rdma_cm, vsocket's connection setup", "`modprobe rdma_ucm`");
 }
 
-/* VSOCKET_RDMA_RING: bytes, or a whole number followed by K or M (KiB,
- * MiB). Anything else: a WARN and the default. */
+/* VSOCKET_RDMA_RING as libvsocket reads it (config/config.c): whole bytes
+ * in [VS_RDMA_RING_MIN, VS_RDMA_RING_MAX], rounded up to a power of two;
+ * anything else (256K too) makes it use the default, and the estimate with
+ * it: a WARN says so. */
 static unsigned long long ring_size(struct verdict *v)
 {
     const char *s = getenv("VSOCKET_RDMA_RING");
-    if (!s || !*s)
-        return RING_DEFAULT;
+    if (!s)
+        return VS_RDMA_RING_DEFAULT;
     char *end;
     errno = 0;
     unsigned long long n = isdigit((unsigned char)s[0]) ? strtoull(s, &end, 10) : 0;
-    int shift = 0;
-    if (n && (*end == 'K' || *end == 'k'))
-        shift = 10, end++;
-    else if (n && (*end == 'M' || *end == 'm'))
-        shift = 20, end++;
-    if (n == 0 || errno || *end || n > (1ull << 40) >> shift) {
+    if (n < VS_RDMA_RING_MIN || n > VS_RDMA_RING_MAX || errno || *end) {
         say(v, WARN, "VSOCKET_RDMA_RING is invalid",
-            "'%s': give bytes, or a number followed by K or M (256K); counting with 256 KiB", s);
-        return RING_DEFAULT;
+            "'%s': libvsocket takes a whole number of bytes from %lu to %lu (262144, not 256K) "
+            "and uses %lu KiB instead; so does this estimate",
+            s, VS_RDMA_RING_MIN, VS_RDMA_RING_MAX, VS_RDMA_RING_DEFAULT >> 10);
+        return VS_RDMA_RING_DEFAULT;
     }
-    return n << shift;
+    unsigned long long pow2 = VS_RDMA_RING_MIN;
+    while (pow2 < n)
+        pow2 <<= 1;
+    return pow2;
 }
 
 /* Root normally has CAP_IPC_LOCK, which lifts RLIMIT_MEMLOCK for memory

@@ -52,7 +52,7 @@ fake_rxe() {
 
 # Small rings, so that any default RLIMIT_MEMLOCK (64 KiB and up) holds a
 # connection and only the fake tree decides.
-export VSOCKET_RDMA_RING=4K
+export VSOCKET_RDMA_RING=4096
 
 # This host, as it is. Without a device (the CI machines): "no RDMA device".
 out=$("$vs" doctor --rdma 2>&1); rc=$?
@@ -146,18 +146,18 @@ fi
 if [ "$(id -u)" != 0 ] || [ ${#drop_ipc_lock[@]} -gt 0 ]; then
   expect memlock-small 4 '^  PROBLEM  locked memory limit too small for one connection: RLIMIT_MEMLOCK 64 KiB holds 0 connections .*ulimit -l unlimited
 ^rdma: not usable: locked memory limit too small for one connection$' -- \
-    env VSOCKET_DOCTOR_SYSROOT="$tmp/ok" VSOCKET_RDMA_RING=256K "${drop_ipc_lock[@]}" \
+    env VSOCKET_DOCTOR_SYSROOT="$tmp/ok" VSOCKET_RDMA_RING=262144 "${drop_ipc_lock[@]}" \
     bash -c 'ulimit -l 64 && exec "$0" doctor --rdma' "$vs"
   # 1 MiB: 7 connections of 144 KiB (64 KiB rings), fewer than 64: usable, with a WARN.
   expect memlock-few 0 '^  WARN     locked memory limit too small for many connections: RLIMIT_MEMLOCK 1024 KiB holds 7 connections
 ^rdma: usable .*, 1 warning above$' -- \
-    env VSOCKET_DOCTOR_SYSROOT="$tmp/ok" VSOCKET_RDMA_RING=64K "${drop_ipc_lock[@]}" \
+    env VSOCKET_DOCTOR_SYSROOT="$tmp/ok" VSOCKET_RDMA_RING=65536 "${drop_ipc_lock[@]}" \
     bash -c 'ulimit -l 1024 && exec "$0" doctor --rdma' "$vs"
 fi
 if [ "$(id -u)" = 0 ]; then
   # With CAP_IPC_LOCK the limit does not bind this process: a WARN that says so.
   expect memlock-capable 0 'WARN     locked memory limit too small for one connection: .*CAP_IPC_LOCK
-^rdma: usable' -- env VSOCKET_DOCTOR_SYSROOT="$tmp/ok" VSOCKET_RDMA_RING=256K \
+^rdma: usable' -- env VSOCKET_DOCTOR_SYSROOT="$tmp/ok" VSOCKET_RDMA_RING=262144 \
     bash -c 'ulimit -l 64 && exec "$0" doctor --rdma' "$vs"
 fi
 if [ "$(ulimit -H -l)" = unlimited ]; then
@@ -166,11 +166,15 @@ if [ "$(ulimit -H -l)" = unlimited ]; then
 fi
 # The estimate per connection (exit code aside: it depends on this user's limit).
 expect ring-1m 0 'each registers ~2064 KiB: 2 x 1024 KiB rings' -- \
-  env VSOCKET_DOCTOR_SYSROOT="$tmp/ok" VSOCKET_RDMA_RING=1M sh -c '"$0" doctor --rdma; exit 0' "$vs"
+  env VSOCKET_DOCTOR_SYSROOT="$tmp/ok" VSOCKET_RDMA_RING=1048576 sh -c '"$0" doctor --rdma; exit 0' "$vs"
 expect ring-bytes 0 'each registers ~144 KiB: 2 x 64 KiB rings' -- \
   env VSOCKET_DOCTOR_SYSROOT="$tmp/ok" VSOCKET_RDMA_RING=65536 sh -c '"$0" doctor --rdma; exit 0' "$vs"
-expect ring-invalid 0 "^  WARN     VSOCKET_RDMA_RING is invalid: '1G': give bytes, or a number followed by K or M" -- \
-  env VSOCKET_DOCTOR_SYSROOT="$tmp/ok" VSOCKET_RDMA_RING=1G sh -c '"$0" doctor --rdma; exit 0' "$vs"
+# As libvsocket: rounded up to a power of two; a suffix is refused (the default then).
+expect ring-pow2 0 'each registers ~1040 KiB: 2 x 512 KiB rings' -- \
+  env VSOCKET_DOCTOR_SYSROOT="$tmp/ok" VSOCKET_RDMA_RING=300000 sh -c '"$0" doctor --rdma; exit 0' "$vs"
+expect ring-invalid 0 "^  WARN     VSOCKET_RDMA_RING is invalid: '1M': libvsocket takes a whole number of bytes from 4096 to 268435456 .* uses 256 KiB
+each registers ~528 KiB" -- \
+  env VSOCKET_DOCTOR_SYSROOT="$tmp/ok" VSOCKET_RDMA_RING=1M sh -c '"$0" doctor --rdma; exit 0' "$vs"
 
 expect rdma-with-program 2 '--rdma examines the host, not a program' -- "$vs" doctor --rdma true
 expect help 0 'With --rdma: 0 RDMA usable' -- "$vs" doctor --help
