@@ -1,9 +1,7 @@
 /* cmd_doctor.c - `vsocket doctor`: what this host offers each transport,
  * and what is missing; `vsocket doctor PROGRAM`: whether vsocket can see
  * PROGRAM's sockets, why, and what to do if not. */
-#include <arpa/inet.h>
 #include <errno.h>
-#include <infiniband/verbs.h>
 #include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -15,6 +13,7 @@
 #include <unistd.h>
 
 #include "transport/transport.h"
+#include "tool/doctor_rdma.h"
 #include "tool/exe.h"
 #include "tool/tool.h"
 
@@ -22,11 +21,15 @@ static int missing;
 
 static void usage(FILE *out)
 {
-    fputs("usage: vsocket doctor [PROGRAM]\n"
+    fputs("usage: vsocket doctor [--rdma | PROGRAM]\n"
           "\n"
-          "Shows what this host offers vsocket: the transports in this build, RDMA devices\n"
-          "with their ports and GIDs, shared-memory and locked-memory limits, kernel\n"
-          "features, and a list of what is missing.\n"
+          "Shows what this host offers vsocket: the transports in this build, whether RDMA\n"
+          "can be used (devices, ports, GIDs, device access, locked memory, libraries),\n"
+          "shared-memory limits, kernel features, and a list of what is missing. Each RDMA\n"
+          "check prints OK, WARN (usable, but limited) or PROBLEM (not usable until fixed,\n"
+          "with what to do), then \"rdma: usable (...)\" or \"rdma: not usable: REASON\".\n"
+          "\n"
+          "  --rdma   only the RDMA section\n"
           "\n"
           "With PROGRAM (looked up in PATH like `vsocket run`), examines that program\n"
           "instead: what kind of executable it is, whether vsocket can see its sockets, and\n"
@@ -34,9 +37,11 @@ static void usage(FILE *out)
           "makes system calls without libc) nor of statically linked ones (no dynamic loader,\n"
           "so no LD_PRELOAD); they run unchanged, unaccelerated.\n"
           "\n"
-          "Exit codes: 0 nothing missing, 4 something missing (listed), 2 usage error.\n"
-          "With PROGRAM: 0 nothing found that keeps vsocket out, 4 vsocket cannot see its\n"
-          "sockets, 126 PROGRAM not executable or not readable, 127 PROGRAM not found.\n",
+          "Exit codes: 0 nothing missing, 4 something missing (listed; RDMA not usable\n"
+          "counts), 2 usage error. With --rdma: 0 RDMA usable (WARN lines allowed), 4 not\n"
+          "usable. With PROGRAM: 0 nothing found that keeps vsocket out, 4 vsocket cannot\n"
+          "see its sockets, 126 PROGRAM not executable or not readable, 127 PROGRAM not\n"
+          "found. docs/doctor.md explains every line.\n",
           out);
 }
 
@@ -44,78 +49,6 @@ static void report_missing(const char *what)
 {
     printf("  MISSING: %s\n", what);
     missing++;
-}
-
-static const char *port_state(enum ibv_port_state s)
-{
-    switch (s) {
-    case IBV_PORT_ACTIVE:
-        return "active";
-    case IBV_PORT_DOWN:
-        return "down";
-    case IBV_PORT_INIT:
-        return "init";
-    case IBV_PORT_ARMED:
-        return "armed";
-    default:
-        return "other";
-    }
-}
-
-static void show_gids(struct ibv_context *ctx, uint8_t port, int gid_len)
-{
-    for (int i = 0; i < gid_len && i < 16; i++) {
-        union ibv_gid gid;
-        if (ibv_query_gid(ctx, port, i, &gid) < 0)
-            break;
-        static const uint8_t zero[16];
-        if (memcmp(gid.raw, zero, 16) == 0)
-            continue;
-        char text[INET6_ADDRSTRLEN];
-        inet_ntop(AF_INET6, gid.raw, text, sizeof(text));
-        printf("      gid[%d] %s\n", i, text);
-    }
-}
-
-static void show_device(struct ibv_device *dev)
-{
-    printf("  %s (%s)\n", ibv_get_device_name(dev),
-           dev->transport_type == IBV_TRANSPORT_IWARP ? "iWARP" : "InfiniBand/RoCE");
-    struct ibv_context *ctx = ibv_open_device(dev);
-    if (!ctx) {
-        printf("    cannot open: %s\n", strerror(errno));
-        return;
-    }
-    struct ibv_device_attr attr;
-    if (ibv_query_device(ctx, &attr) == 0) {
-        printf("    max_qp %d, max_mr_size %llu, max_qp_wr %d\n", attr.max_qp,
-               (unsigned long long)attr.max_mr_size, attr.max_qp_wr);
-        for (uint8_t port = 1; port <= attr.phys_port_cnt; port++) {
-            struct ibv_port_attr pa;
-            if (ibv_query_port(ctx, port, &pa) != 0)
-                continue;
-            printf("    port %u: %s, link layer %s, active mtu %d\n", port, port_state(pa.state),
-                   pa.link_layer == IBV_LINK_LAYER_ETHERNET ? "Ethernet" : "InfiniBand",
-                   128 << pa.active_mtu);
-            show_gids(ctx, port, pa.gid_tbl_len);
-        }
-    }
-    ibv_close_device(ctx);
-}
-
-static void check_rdma(void)
-{
-    printf("RDMA devices:\n");
-    int n = 0;
-    struct ibv_device **list = ibv_get_device_list(&n);
-    for (int i = 0; list && i < n; i++)
-        show_device(list[i]);
-    if (list)
-        ibv_free_device_list(list);
-    if (n == 0)
-        report_missing("no RDMA device: the rdma transport needs an RDMA NIC or Soft-RoCE "
-                       "(`rdma link add rxe0 type rxe netdev IFACE`); tools/rdma-guest runs "
-                       "one in a VM");
 }
 
 static void check_memory(void)
@@ -135,15 +68,8 @@ static void check_memory(void)
     } else {
         report_missing("memfd_create is not available: the shm transport needs it");
     }
+    /* RLIMIT_MEMLOCK is the RDMA section's. */
     struct rlimit rl;
-    if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0) {
-        if (rl.rlim_cur == RLIM_INFINITY)
-            printf("  locked memory (RLIMIT_MEMLOCK): unlimited\n");
-        else
-            printf("  locked memory (RLIMIT_MEMLOCK): %llu KiB (RDMA registers its buffers "
-                   "against it; raise it with `ulimit -l` for many connections)\n",
-                   (unsigned long long)rl.rlim_cur / 1024);
-    }
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0)
         printf("  open files (RLIMIT_NOFILE): %llu\n", (unsigned long long)rl.rlim_cur);
 }
@@ -154,10 +80,6 @@ static void check_kernel(void)
     printf("Kernel:\n");
     if (uname(&u) == 0)
         printf("  %s %s %s\n", u.sysname, u.release, u.machine);
-    bool uverbs = access("/dev/infiniband/uverbs0", F_OK) == 0;
-    bool ucm = access("/dev/infiniband/rdma_cm", F_OK) == 0;
-    printf("  /dev/infiniband/uverbs0: %s\n", uverbs ? "present" : "absent");
-    printf("  /dev/infiniband/rdma_cm: %s\n", ucm ? "present" : "absent");
 }
 
 static void check_build(void)
@@ -283,13 +205,39 @@ static int doctor_program(const char *arg)
     return explain(&exe);
 }
 
+/* The RDMA section alone: for scripts asking "can this host do RDMA?". */
+static int doctor_rdma_only(void)
+{
+    return vs_doctor_rdma() ? VS_EXIT_MISSING : VS_EXIT_OK;
+}
+
+static int doctor_host(void)
+{
+    check_build();
+    int rdma_problems = vs_doctor_rdma();
+    check_memory();
+    check_kernel();
+    if (missing || rdma_problems) {
+        int n = missing + rdma_problems;
+        printf("%d thing%s missing (see MISSING and PROBLEM above).\n", n, n == 1 ? "" : "s");
+        return VS_EXIT_MISSING;
+    }
+    printf("Nothing missing.\n");
+    return VS_EXIT_OK;
+}
+
 int cmd_doctor(int argc, char **argv)
 {
     const char *program = NULL;
+    bool rdma = false;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             usage(stdout);
             return VS_EXIT_OK;
+        }
+        if (strcmp(argv[i], "--rdma") == 0) {
+            rdma = true;
+            continue;
         }
         if (argv[i][0] == '-') {
             fprintf(stderr, "vsocket doctor: unknown argument '%s'\n", argv[i]);
@@ -302,16 +250,12 @@ int cmd_doctor(int argc, char **argv)
         }
         program = argv[i];
     }
+    if (program && rdma) {
+        fprintf(stderr, "vsocket doctor: --rdma examines the host, not a program ('%s')\n",
+                program);
+        return VS_EXIT_USAGE;
+    }
     if (program)
         return doctor_program(program);
-    check_build();
-    check_rdma();
-    check_memory();
-    check_kernel();
-    if (missing) {
-        printf("%d thing%s missing (see MISSING above).\n", missing, missing == 1 ? "" : "s");
-        return VS_EXIT_MISSING;
-    }
-    printf("Nothing missing.\n");
-    return VS_EXIT_OK;
+    return rdma ? doctor_rdma_only() : doctor_host();
 }

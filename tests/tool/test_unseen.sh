@@ -72,7 +72,7 @@ run_silent() {
 }
 
 expect run-help-mentions 0 'Go programs' -- "$vs" run --help
-expect doctor-help-mentions 0 'usage: vsocket doctor \[PROGRAM\]' -- "$vs" doctor --help
+expect doctor-help-mentions 0 'usage: vsocket doctor \[--rdma \| PROGRAM\]' -- "$vs" doctor --help
 
 # Ordinary dynamic programs, and scripts they run: nothing new.
 run_silent true -- "$vs" run -- /bin/true

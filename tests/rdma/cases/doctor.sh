@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# shellcheck disable=SC2016  # single-quoted $0 and backquotes are meant literally (bash -c, regexes)
+# tests/rdma/cases/doctor.sh - `vsocket doctor --rdma` on a real device: the
+# Soft-RoCE guest's rxe0 (run by tests/rdma/stage.sh in the guest, as root,
+# cwd = checkout, IP and DEV exported; by hand:
+#   tools/rdma-guest/run -- bash tests/rdma/cases/doctor.sh).
+# It must say usable and name the device, port, GID index and address; name
+# the locked-memory limit when it holds no connection; name the port DOWN
+# while its interface is down and the missing GID while it has no address;
+# and the device must then carry rdma_cm traffic (rping), which moves the
+# rxe0 counters the stage checks.
+set -u
+IP=${IP:-10.77.0.1}
+DEV=${DEV:-rxe0}
+vs=${VSOCKET_BUILD_DIR:-build}/bin/vsocket
+failed=0
+[ -x "$vs" ] || { echo "FAIL: $vs not built (build on the host first)"; exit 1; }
+
+# check NAME CODE PATTERN COMMAND...: exit code CODE and PATTERN in the output.
+check() {
+  local name=$1 code=$2 pattern=$3 out rc
+  shift 3
+  out=$("$@" 2>&1)
+  rc=$?
+  if [ "$rc" -eq "$code" ] && grep -qE -- "$pattern" <<<"$out"; then
+    echo "ok   $name: $(grep -E -- "$pattern" <<<"$out" | head -n1)"
+  else
+    failed=$((failed + 1))
+    printf 'FAIL %s: exit %s (want %s), no /%s/ in:\n%s\n' "$name" "$rc" "$code" "$pattern" "$out"
+  fi
+}
+
+usable="^rdma: usable \\(device $DEV port 1 ACTIVE, GID index [0-9]+ ${IP//./\\.}\\)"
+echo "--- vsocket doctor --rdma"
+"$vs" doctor --rdma
+check usable 0 "$usable" "$vs" doctor --rdma
+check port-line 0 "^  OK       $DEV port 1: ACTIVE, RoCE on dummy0, GID index [0-9]+ ${IP//./\\.} \\(RoCE v2\\)" \
+  "$vs" doctor --rdma
+check rdma_cm 0 '^  OK       /dev/infiniband/rdma_cm: read-write' "$vs" doctor --rdma
+check full-doctor-says-usable 0 "$usable" sh -c '"$0" doctor; exit 0' "$vs"
+# Another user: the device nodes are 0666 in the guest, the limit inherited.
+if id nobody >/dev/null 2>&1; then
+  check as-nobody 0 "$usable" setpriv --reuid=nobody --regid="$(id -g nobody)" --clear-groups \
+    "$vs" doctor --rdma
+fi
+
+# 64 KiB of locked memory holds no connection. Root's CAP_IPC_LOCK lifts the
+# limit (a WARN says so); without it, not usable.
+check memlock-root 0 'WARN     locked memory limit too small for one connection: RLIMIT_MEMLOCK 64 KiB holds 0 connections.*CAP_IPC_LOCK' \
+  bash -c 'ulimit -l 64 && exec "$0" doctor --rdma' "$vs"
+check memlock-no-cap 4 '^rdma: not usable: locked memory limit too small for one connection$' \
+  setpriv --bounding-set -ipc_lock bash -c 'ulimit -l 64 && exec "$0" doctor --rdma' "$vs"
+
+# The port follows its interface: down, doctor names it and the fix.
+ip link set dummy0 down
+check port-down 4 "^rdma: not usable: $DEV port 1 is DOWN" "$vs" doctor --rdma
+check port-down-fix 4 'ip link set dummy0 up' "$vs" doctor --rdma
+ip link set dummy0 up
+for _ in $(seq 50); do "$vs" doctor --rdma >/dev/null 2>&1 && break; sleep 0.2; done
+check port-up-again 0 "$usable" "$vs" doctor --rdma
+
+# Without an IPv4 address on the interface the port has no IPv4 GID.
+ip addr flush dev dummy0
+check no-gid 4 "^rdma: not usable: $DEV port 1 has no IPv4 RoCE v2 GID" "$vs" doctor --rdma
+ip addr add "$IP/24" dev dummy0
+for _ in $(seq 50); do "$vs" doctor --rdma >/dev/null 2>&1 && break; sleep 0.2; done
+check gid-again 0 "$usable" "$vs" doctor --rdma
+
+# Traffic over what doctor called usable (rdma_cm, as vsocket will).
+cnt=/sys/class/infiniband/$DEV/ports/1/hw_counters
+before=$(cat "$cnt/sent_pkts")
+timeout 60 rping -s -a "$IP" -C 3 >/tmp/doctor-rping-server.log 2>&1 &
+server=$!
+ok=0
+for try in 1 2 3 4 5 6; do
+  sleep 0.5
+  if timeout 60 rping -c -a "$IP" -C 3 -v; then ok=1; break; fi
+  echo "  (rping client attempt $try failed, retrying)"
+done
+if [ $ok = 1 ] && wait "$server"; then
+  echo "ok   rping: $DEV sent_pkts +$(($(cat "$cnt/sent_pkts") - before))"
+else
+  failed=$((failed + 1))
+  echo "FAIL rping"; cat /tmp/doctor-rping-server.log
+  kill "$server" 2>/dev/null
+fi
+
+echo "doctor case: $failed failed"
+[ "$failed" -eq 0 ]
