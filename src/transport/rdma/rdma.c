@@ -2,6 +2,8 @@
  * say of them, their readiness as poll and epoll see it, and the process
  * events (fork, exec) they follow. */
 #include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <string.h>
@@ -89,6 +91,20 @@ static void on_accept(struct vs_sock *s, int fd)
 
 /* ------------------------------------------------------------- statistics */
 
+/* At exit, connections closed with writes in flight get them placed
+ * (bounded): the kernel would have kept sending a closed socket's bytes. */
+static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
+
+static void reap_at_exit(void)
+{
+    vs_rdma_reap(true);
+}
+
+static void register_exit(void)
+{
+    atexit(reap_at_exit);
+}
+
 void vs_rdma_sync(struct vs_sock *s, int fd)
 {
     struct vs_rdma_conn *c = s->conn;
@@ -117,6 +133,7 @@ void vs_rdma_sync(struct vs_sock *s, int fd)
     }
     s->conn_shown = hs;
     if (hs == VS_RDMA_DONE && c->hold_fd < 0) {
+        pthread_once(&exit_once, register_exit);
         int dup = vs_real.fcntl(fd, F_DUPFD_CLOEXEC, 0);
         if (dup >= 0)
             c->hold_fd = vs_ownfd_take(dup, c, NULL);
