@@ -20,7 +20,7 @@ const char *const vs_config_variables[] = {
     "VSOCKET_SHM_RING_MIN", "VSOCKET_SHM_RING_MAX", "VSOCKET_FD_FLOOR",
     "VSOCKET_UPGRADE_AFTER_US", "VSOCKET_UPGRADE_AFTER_BYTES", "VSOCKET_SHM_PEERS",
     "VSOCKET_RDMA_RING", "VSOCKET_RDMA_QP_DEPTH", "VSOCKET_RDMA_INLINE",
-    "VSOCKET_RDMA_PEER_CACHE_S", NULL,
+    "VSOCKET_RDMA_PEER_CACHE_S", "VSOCKET_RDMA_ZCOPY", NULL,
 };
 
 void vs_config_defaults(struct vs_config *c)
@@ -43,6 +43,7 @@ void vs_config_defaults(struct vs_config *c)
     c->rdma_qp_depth = VS_RDMA_QP_DEPTH_DEFAULT;
     c->rdma_inline = VS_RDMA_INLINE_DEFAULT;
     c->rdma_peer_cache_s = VS_RDMA_PEER_CACHE_S_DEFAULT;
+    c->rdma_zcopy = VS_RDMA_ZCOPY_DEFAULT;
 }
 
 void vs_config_format_transports(unsigned mask, char *out, size_t outlen)
@@ -323,6 +324,7 @@ static void load_rdma(struct vs_config *c)
               &c->rdma_qp_depth);
     load_uint("VSOCKET_RDMA_INLINE", 0, VS_RDMA_INLINE_MAX, &c->rdma_inline);
     load_uint("VSOCKET_RDMA_PEER_CACHE_S", 0, VS_RDMA_PEER_CACHE_S_MAX, &c->rdma_peer_cache_s);
+    load_uint("VSOCKET_RDMA_ZCOPY", 0, VS_RDMA_ZCOPY_MAX, &c->rdma_zcopy);
 }
 
 /* Before the log file, which is one of our descriptors; a bad value is

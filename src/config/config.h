@@ -56,6 +56,10 @@ enum vs_peer_policy { VS_PEERS_ANY, VS_PEERS_SAME_UID, VS_PEERS_LIST };
 #define VS_RDMA_QP_DEPTH_MAX 16384ul
 #define VS_RDMA_INLINE_DEFAULT 64ul
 #define VS_RDMA_INLINE_MAX 1024ul
+/* VSOCKET_RDMA_ZCOPY: blocking sends from this size are pulled by the peer
+ * (RDMA READ) instead of copied; 0 turns it off. bench/RESULTS.md: sweep. */
+#define VS_RDMA_ZCOPY_DEFAULT (64ul << 10)
+#define VS_RDMA_ZCOPY_MAX (1ul << 30)
 #define VS_RDMA_PEER_CACHE_S_DEFAULT 60ul
 #define VS_RDMA_PEER_CACHE_S_MAX 86400ul
 /* VSOCKET_FD_FLOOR: where vsocket's own descriptors go (core/ownfd.h). */
@@ -83,6 +87,7 @@ struct vs_config {
     unsigned long rdma_qp_depth;     /* VSOCKET_RDMA_QP_DEPTH */
     unsigned long rdma_inline;       /* VSOCKET_RDMA_INLINE, bytes */
     unsigned long rdma_peer_cache_s; /* VSOCKET_RDMA_PEER_CACHE_S */
+    unsigned long rdma_zcopy;        /* VSOCKET_RDMA_ZCOPY, bytes; 0: never */
 };
 
 extern struct vs_config vs_config;

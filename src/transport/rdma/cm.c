@@ -408,6 +408,13 @@ void vs_rdma_on_msg(struct vs_rdma_conn *c, const struct vs_rdma_msg *m)
     case VS_RDMA_MSG_CREDIT_REQ:
         atomic_store(&c->peer_waits, true);
         break;
+    case VS_RDMA_MSG_OFFER:
+        if (!vs_rdma_offer_in(c, m))
+            atomic_store(&c->st.violated, true);
+        break;
+    case VS_RDMA_MSG_RX_WAIT:
+        atomic_store(&c->peer_reading, true);
+        break;
     default:
         atomic_store(&c->st.violated, true);
         break;

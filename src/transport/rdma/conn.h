@@ -24,6 +24,17 @@
 #include "transport/stream.h"
 #include "transport/upgrade.h"
 
+/* A large send the peer offered us to pull (zcopy.c). */
+struct vs_rdma_offer {
+    uint64_t pos, len; /* its place in the stream (transport positions) */
+    uint64_t addr;     /* in the peer's memory */
+    uint32_t rkey;
+    uint64_t pulled;   /* bytes of it landed in our ring */
+    uint64_t pulling;  /* bytes of the RDMA READ in flight, 0 if none */
+};
+
+#define VS_RDMA_OFFERS 8
+
 enum vs_rdma_hs {
     VS_RDMA_YOUNG,      /* not started: the connection has not yet shown it will live */
     VS_RDMA_LISTEN,     /* connector: listening for the accepter on rdma_cm */
@@ -81,6 +92,11 @@ struct vs_rdma_conn {
     uint64_t rx_tail;       /* bytes we consumed (rx) */
     _Atomic uint64_t rx_credited; /* tail as last written to the peer */
     _Atomic bool peer_waits;      /* the peer asked for credit and has not had it */
+    /* Offers not yet consumed, oldest first (qp_lock). */
+    struct vs_rdma_offer offers[VS_RDMA_OFFERS];
+    unsigned offer_first, offer_count;
+    bool offer_done;               /* one was consumed: credit with a wake-up (qp_lock) */
+    _Atomic bool peer_reading;     /* the peer sleeps in a large read (RX_WAIT) */
     _Atomic bool rx_shut_known;   /* the peer's SHUT arrived */
     uint64_t rx_shut_at;          /* stream end of the peer's transport data */
 
@@ -162,8 +178,34 @@ int vs_rdma_post_credit(struct vs_rdma_conn *c, bool wake);
 int vs_rdma_post_data(struct vs_rdma_conn *c, uint64_t pos, size_t len);
 /* io.c: asks the peer for a credit immediate (once until one comes). */
 void vs_rdma_ask_credit(struct vs_rdma_conn *c);
+/* Pulls LEN bytes at REMOTE into LOCAL (in the ring). (qp_lock held) */
+int vs_rdma_post_read(struct vs_rdma_conn *c, void *local, uint64_t remote, uint32_t rkey,
+                      uint64_t len);
+/* io.c: waits for news on the connection (a blocking call's sleep). */
+struct vs_blocking;
+int vs_rdma_wait(struct vs_rdma_conn *c, int fd, short tcp_events, struct vs_blocking *b);
+/* io.c: the peer left RDMA: resend on TCP what it did not consume; bytes
+ * at positions [ZPOS, ZPOS + ZLEN) are at ZBUF (an offer), not in the send
+ * copy. (tx) */
+int vs_rdma_finish_revert(struct vs_rdma_conn *c, int fd, uint64_t zpos, const void *zbuf,
+                          size_t zlen);
 /* The credit word: how far the peer has consumed our data. */
 uint64_t vs_rdma_peer_tail(struct vs_rdma_conn *c);
+
+/* zcopy.c: large sends pulled by the receiver with RDMA READ. */
+/* Sender: sends LEN bytes at BUF by offering them, when worth it; the
+ * bytes sent, 0 when not worth it (the ring then), or -errno. (tx) */
+ssize_t vs_rdma_zcopy_send(struct vs_rdma_conn *c, int fd, const void *buf, size_t len,
+                           int flags);
+/* Receiver: an offer arrived (qp_lock). False: it contradicts the stream. */
+bool vs_rdma_offer_in(struct vs_rdma_conn *c, const struct vs_rdma_msg *m);
+/* A READ completed (qp_lock). */
+void vs_rdma_pull_done(struct vs_rdma_conn *c);
+/* Bytes readable from the ring at the tail (data, or pulled offer bytes);
+ * starts the next pull when an offer is next. */
+uint64_t vs_rdma_rx_avail(struct vs_rdma_conn *c);
+/* After the tail moved: offers consumed go, and the sender hears of it. */
+void vs_rdma_offers_consumed(struct vs_rdma_conn *c);
 
 /* cm.c: the rendezvous over rdma_cm. */
 void vs_rdma_progress(struct vs_rdma_conn *c, int fd);

@@ -15,6 +15,7 @@
 
 #include <linux/sockios.h>
 
+#include "config/config.h"
 #include "config/log.h"
 #include "core/clock.h"
 #include "interpose/real.h"
@@ -29,8 +30,7 @@
 
 uint64_t vs_rdma_readable(struct vs_rdma_conn *c)
 {
-    return atomic_load_explicit(&c->rx_head, memory_order_acquire) -
-           __atomic_load_n(&c->rx_tail, __ATOMIC_RELAXED);
+    return vs_rdma_rx_avail(c);
 }
 
 bool vs_rdma_rx_eof(struct vs_rdma_conn *c)
@@ -74,7 +74,7 @@ static bool cq_news(void *arg, const void *arg2)
 /* Sleeps until the CQ, the set-up or the TCP socket may have news, after a
  * bounded busy-poll of the CQ (VSOCKET_POLL_US) while on RDMA. 0, -EINTR
  * or -ETIMEDOUT. */
-static int sleep_on(struct vs_rdma_conn *c, int fd, short tcp_events, struct vs_blocking *b)
+int vs_rdma_wait(struct vs_rdma_conn *c, int fd, short tcp_events, struct vs_blocking *b)
 {
     long left = vs_blocking_left(b, fd);
     if (b->deadline >= 0 && left <= 0)
@@ -132,11 +132,15 @@ static int sleep_on(struct vs_rdma_conn *c, int fd, short tcp_events, struct vs_
 /* --------------------------------------------------------------- receive */
 
 /* Tells the peer how far we read: at a quarter of the ring, or at once
- * when it waits for space. */
+ * when it waits for space or for an offer to be consumed. */
 static void maybe_credit(struct vs_rdma_conn *c)
 {
+    vs_rdma_offers_consumed(c);
     uint64_t unsent = c->rx_tail - atomic_load(&c->rx_credited);
-    bool waits = atomic_load(&c->peer_waits);
+    pthread_mutex_lock(&c->qp_lock);
+    bool waits = atomic_load(&c->peer_waits) || c->offer_done;
+    c->offer_done = false;
+    pthread_mutex_unlock(&c->qp_lock);
     if (unsent == 0 || (unsent < c->rx_size / 4 && !waits))
         return;
     if (waits)
@@ -223,6 +227,7 @@ ssize_t vs_rdma_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags
     struct vs_blocking b = {.opt = SO_RCVTIMEO};
     size_t total = 0;
     int err = 0;
+    bool said_wait = false;
     msg->msg_flags = 0;
     socklen_t namelen = msg->msg_namelen;
     msg->msg_namelen = 0;
@@ -292,7 +297,12 @@ ssize_t vs_rdma_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags
             err = total ? 0 : EAGAIN;
             break;
         }
-        int rc = sleep_on(c, fd, POLLIN | POLLRDHUP, &b);
+        if (rx_on_rdma(c) && !said_wait && vs_config.rdma_zcopy && want - total >= vs_config.rdma_zcopy) {
+            /* A large read sleeps: the peer may offer its large sends. */
+            struct vs_rdma_msg m = {.type = VS_RDMA_MSG_RX_WAIT, .a = want - total};
+            said_wait = vs_rdma_post_msg(c, &m) == 0;
+        }
+        int rc = vs_rdma_wait(c, fd, POLLIN | POLLRDHUP, &b);
         if (rc < 0 && (err = vs_wait_failed(rc, &b)) != 0)
             break;
     }
@@ -308,22 +318,11 @@ ssize_t vs_rdma_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags
 
 /* ------------------------------------------------------------------ send */
 
-/* The peer left RDMA (REVERT): what it did not consume goes again on TCP,
- * ahead of anything new; then TCP for good. (tx) */
-static int finish_revert(struct vs_rdma_conn *c, int fd)
+/* Sends LEN bytes at BUF on TCP, waiting for room as a blocking send. */
+static int tcp_send_all(struct vs_rdma_conn *c, int fd, const char *buf, size_t len)
 {
-    uint64_t from = c->st.tx_revert_consumed;
-    uint64_t end = c->tx_head;
-    if (from > end || end - from > c->tx_size) {
-        atomic_store(&c->st.violated, true);
-        return -ECONNRESET;
-    }
-    while (from < end) {
-        uint64_t off = from & (c->tx_size - 1);
-        size_t run = (size_t)(end - from);
-        if (run > c->tx_size - off)
-            run = (size_t)(c->tx_size - off);
-        ssize_t n = vs_real.send(fd, (char *)c->tx.mem + off, run, MSG_NOSIGNAL);
+    while (len > 0) {
+        ssize_t n = vs_real.send(fd, buf, len, MSG_NOSIGNAL);
         if (n < 0) {
             if (errno == EAGAIN) {
                 struct pollfd p = {.fd = fd, .events = POLLOUT};
@@ -332,8 +331,41 @@ static int finish_revert(struct vs_rdma_conn *c, int fd)
             }
             return -errno;
         }
-        from += (uint64_t)n;
+        buf += n;
+        len -= (size_t)n;
         c->st.tcp_tx += (uint64_t)n;
+    }
+    return 0;
+}
+
+/* The peer left RDMA (REVERT): what it did not consume goes again on TCP,
+ * ahead of anything new; then TCP for good. (tx) */
+int vs_rdma_finish_revert(struct vs_rdma_conn *c, int fd, uint64_t zpos, const void *zbuf,
+                          size_t zlen)
+{
+    uint64_t from = c->st.tx_revert_consumed;
+    uint64_t end = c->tx_head;
+    if (from > end || (end - from > c->tx_size && !zbuf)) {
+        atomic_store(&c->st.violated, true);
+        return -ECONNRESET;
+    }
+    while (from < end) {
+        int rc;
+        size_t run;
+        if (zbuf && from >= zpos && from < zpos + zlen) {
+            run = (size_t)(zpos + zlen - from);
+            rc = tcp_send_all(c, fd, (const char *)zbuf + (from - zpos), run);
+        } else {
+            uint64_t off = from & (c->tx_size - 1);
+            uint64_t stop = zbuf && from < zpos ? zpos : end;
+            run = (size_t)(stop - from);
+            if (run > c->tx_size - off)
+                run = (size_t)(c->tx_size - off);
+            rc = tcp_send_all(c, fd, (char *)c->tx.mem + off, run);
+        }
+        if (rc < 0)
+            return rc;
+        from += run;
     }
     return 0;
 }
@@ -388,12 +420,22 @@ static ssize_t rdma_send(struct vs_rdma_conn *c, int fd, const struct iovec *iov
         if (atomic_load(&c->st.tx_revert_pending))
             return total ? (ssize_t)total : -ESTALE;
         vs_rdma_poll(c);
+        if (!nonblock && in_iov == 0) {
+            ssize_t z = vs_rdma_zcopy_send(c, fd, iov[i].iov_base, iov[i].iov_len, flags);
+            if (z < 0)
+                return total ? (ssize_t)total : z;
+            if (z > 0) {
+                total += (size_t)z;
+                i++;
+                continue;
+            }
+        }
         uint64_t room = vs_rdma_writable(c);
         if (room == 0) {
             vs_rdma_ask_credit(c);
             if (nonblock || total)
                 break;
-            int rc = sleep_on(c, fd, 0, &b);
+            int rc = vs_rdma_wait(c, fd, 0, &b);
             int err = rc < 0 ? vs_wait_failed(rc, &b) : 0;
             if (err)
                 return total ? (ssize_t)total : -err;
@@ -407,7 +449,7 @@ static ssize_t rdma_send(struct vs_rdma_conn *c, int fd, const struct iovec *iov
             /* The send queue is full: its completions free it. */
             if (nonblock || total)
                 break;
-            int w = sleep_on(c, fd, 0, &b);
+            int w = vs_rdma_wait(c, fd, 0, &b);
             int err = w < 0 ? vs_wait_failed(w, &b) : 0;
             if (err)
                 return total ? (ssize_t)total : -err;
@@ -439,7 +481,7 @@ ssize_t vs_rdma_sendmsg(struct vs_sock *s, int fd, const struct msghdr *msg, int
     ssize_t n;
     for (;;) {
         if (atomic_load(&c->st.tx_revert_pending) && !atomic_load(&c->st.tx_back_on_tcp)) {
-            int rc = atomic_load(&c->st.tx_switched) ? finish_revert(c, fd) : 0;
+            int rc = atomic_load(&c->st.tx_switched) ? vs_rdma_finish_revert(c, fd, 0, NULL, 0) : 0;
             atomic_store(&c->st.tx_back_on_tcp, true);
             if (rc < 0) {
                 n = rc;

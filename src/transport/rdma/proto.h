@@ -15,6 +15,12 @@
  * never read before it is placed), reads them out, and RDMA-writes how far
  * it consumed into the sender's credit word: batched at a quarter of the
  * ring, with an immediate when the sender asked for credit (CREDIT_REQ).
+ * Large sends (VSOCKET_RDMA_ZCOPY) are not copied: the sender registers
+ * the program's buffer for remote reading, offers it (OFFER, in stream
+ * order), and the receiver pulls it with RDMA READ into the place its
+ * bytes have in the ring; the send returns once the receiver's credit
+ * covers it, and the registration goes. Positions count offered bytes as
+ * ring bytes, so credit and revert arithmetic stay the same.
  * Messages below travel as SENDs into small receive buffers; stream
  * offsets follow transport/stream.h. */
 #ifndef VSOCKET_RDMA_PROTO_H
@@ -37,6 +43,8 @@ enum vs_rdma_msg_type {
     VS_RDMA_MSG_SHUT,       /* a: our transport data ends at a (SHUT_WR, close) */
     VS_RDMA_MSG_REVERT,     /* a: consumed of yours, b: our transport data ends at */
     VS_RDMA_MSG_CREDIT_REQ, /* we wait for space: answer with a credit immediate */
+    VS_RDMA_MSG_OFFER,      /* a: stream position, b: length, credit_addr: address, rkey */
+    VS_RDMA_MSG_RX_WAIT,    /* we sleep in a read of a: large sends may be offered */
 };
 
 /* A message: fits the receive buffers (VS_RDMA_MSG_SIZE). */

@@ -192,6 +192,10 @@ static int post_send_locked(struct vs_rdma_conn *c, struct ibv_send_wr *wr)
 /* Completions free send queue slots: each signalled one, all before it. */
 static void on_send_done(struct vs_rdma_conn *c, const struct ibv_wc *wc)
 {
+    if (wc->opcode == IBV_WC_RDMA_READ) {
+        vs_rdma_pull_done(c);
+        vs_rdma_bump(c);
+    }
     if (wc->wr_id && wc->wr_id - c->sq_done <= c->sq_posted - c->sq_done)
         c->sq_done = (unsigned)wc->wr_id;
 }
@@ -349,6 +353,21 @@ int vs_rdma_post_data(struct vs_rdma_conn *c, uint64_t pos, size_t len)
     int rc = post_send_locked(c, &wr);
     pthread_mutex_unlock(&c->qp_lock);
     return rc;
+}
+
+int vs_rdma_post_read(struct vs_rdma_conn *c, void *local, uint64_t remote, uint32_t rkey,
+                      uint64_t len)
+{
+    struct ibv_sge sge = {.addr = (uintptr_t)local, .length = (uint32_t)len, .lkey = c->rx.mr->lkey};
+    struct ibv_send_wr wr = {
+        .sg_list = &sge,
+        .num_sge = 1,
+        .opcode = IBV_WR_RDMA_READ,
+        .wr.rdma = {.remote_addr = remote, .rkey = rkey},
+    };
+    /* Its completion says the bytes landed: always signalled. */
+    c->since_signal = SIGNAL_EVERY;
+    return post_send_locked(c, &wr);
 }
 
 uint64_t vs_rdma_peer_tail(struct vs_rdma_conn *c)
