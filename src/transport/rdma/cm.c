@@ -406,7 +406,13 @@ void vs_rdma_on_msg(struct vs_rdma_conn *c, const struct vs_rdma_msg *m)
         vs_stream_peer_reverted(&c->st, m->a, m->b);
         break;
     case VS_RDMA_MSG_CREDIT_REQ:
+        /* A: the credit the peer had seen. Announce the wait first, then
+         * look at our tail (the reader stores its tail, then looks at the
+         * wait): one of the two answers. */
         atomic_store(&c->peer_waits, true);
+        if (__atomic_load_n(&c->rx_tail, __ATOMIC_SEQ_CST) != m->a && c->credit.mr &&
+            atomic_exchange(&c->peer_waits, false))
+            vs_rdma_post_credit_locked(c, true);
         break;
     case VS_RDMA_MSG_OFFER:
         if (!vs_rdma_offer_in(c, m))

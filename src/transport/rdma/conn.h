@@ -97,6 +97,7 @@ struct vs_rdma_conn {
     unsigned offer_first, offer_count;
     bool offer_done;               /* one was consumed: credit with a wake-up (qp_lock) */
     _Atomic bool peer_reading;     /* the peer sleeps in a large read (RX_WAIT) */
+    _Atomic bool rx_wait_said;     /* we sent RX_WAIT and no offer came since */
     _Atomic bool rx_shut_known;   /* the peer's SHUT arrived */
     uint64_t rx_shut_at;          /* stream end of the peer's transport data */
 
@@ -173,6 +174,7 @@ void vs_rdma_channel_drain(struct vs_rdma_conn *c);
 /* Writes our consumed position into the peer's credit word; WAKE: with an
  * immediate, so that a peer waiting for space wakes. (takes qp_lock) */
 int vs_rdma_post_credit(struct vs_rdma_conn *c, bool wake);
+int vs_rdma_post_credit_locked(struct vs_rdma_conn *c, bool wake); /* (qp_lock) */
 /* Writes LEN bytes of the send copy at stream position POS into the peer's
  * ring. (takes qp_lock) */
 int vs_rdma_post_data(struct vs_rdma_conn *c, uint64_t pos, size_t len);

@@ -54,7 +54,7 @@ void vs_rdma_ask_credit(struct vs_rdma_conn *c)
 {
     if (atomic_exchange(&c->credit_asked, true))
         return;
-    struct vs_rdma_msg m = {.type = VS_RDMA_MSG_CREDIT_REQ};
+    struct vs_rdma_msg m = {.type = VS_RDMA_MSG_CREDIT_REQ, .a = vs_rdma_peer_tail(c)};
     if (vs_rdma_post_msg(c, &m) < 0)
         atomic_store(&c->credit_asked, false);
 }
@@ -171,7 +171,7 @@ static size_t ring_read(struct vs_rdma_conn *c, const struct iovec *iov, int cnt
         avail -= want;
     }
     if (!peek) {
-        __atomic_store_n(&c->rx_tail, pos, __ATOMIC_RELEASE);
+        __atomic_store_n(&c->rx_tail, pos, __ATOMIC_SEQ_CST);
         maybe_credit(c);
     }
     return done;
@@ -227,7 +227,6 @@ ssize_t vs_rdma_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags
     struct vs_blocking b = {.opt = SO_RCVTIMEO};
     size_t total = 0;
     int err = 0;
-    bool said_wait = false;
     msg->msg_flags = 0;
     socklen_t namelen = msg->msg_namelen;
     msg->msg_namelen = 0;
@@ -297,10 +296,13 @@ ssize_t vs_rdma_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags
             err = total ? 0 : EAGAIN;
             break;
         }
-        if (rx_on_rdma(c) && !said_wait && vs_config.rdma_zcopy && want - total >= vs_config.rdma_zcopy) {
-            /* A large read sleeps: the peer may offer its large sends. */
+        if (rx_on_rdma(c) && vs_config.rdma_zcopy && want - total >= vs_config.rdma_zcopy &&
+            !atomic_exchange(&c->rx_wait_said, true)) {
+            /* A large read sleeps: the peer may offer its large sends. Said
+             * once until an offer comes. */
             struct vs_rdma_msg m = {.type = VS_RDMA_MSG_RX_WAIT, .a = want - total};
-            said_wait = vs_rdma_post_msg(c, &m) == 0;
+            if (vs_rdma_post_msg(c, &m) < 0)
+                atomic_store(&c->rx_wait_said, false);
         }
         int rc = vs_rdma_wait(c, fd, POLLIN | POLLRDHUP, &b);
         if (rc < 0 && (err = vs_wait_failed(rc, &b)) != 0)
@@ -389,6 +391,10 @@ static int ring_write(struct vs_rdma_conn *c, const char *buf, size_t len)
         size_t run = len;
         if (run > c->tx_size - off)
             run = (size_t)(c->tx_size - off);
+        /* A write is seen whole when it completes: in quarters of the ring
+         * the receiver reads (and credits) the first while the rest flies. */
+        if (run > c->tx_size / 4)
+            run = (size_t)(c->tx_size / 4);
         memcpy((char *)c->tx.mem + off, buf, run);
         int rc = vs_rdma_post_data(c, c->tx_head, run);
         if (rc < 0)

@@ -311,12 +311,12 @@ int vs_rdma_post_msg(struct vs_rdma_conn *c, const struct vs_rdma_msg *m)
     return rc;
 }
 
-int vs_rdma_post_credit(struct vs_rdma_conn *c, bool wake)
+/* (qp_lock) */
+int vs_rdma_post_credit_locked(struct vs_rdma_conn *c, bool wake)
 {
-    pthread_mutex_lock(&c->qp_lock);
     /* The word goes from the credit area's second half: our own copy. */
     uint64_t *word = (uint64_t *)((char *)c->credit.mem + 2048);
-    uint64_t tail = __atomic_load_n(&c->rx_tail, __ATOMIC_ACQUIRE);
+    uint64_t tail = __atomic_load_n(&c->rx_tail, __ATOMIC_SEQ_CST);
     *word = tail;
     struct ibv_sge sge = {.addr = (uintptr_t)word, .length = 8, .lkey = c->credit.mr->lkey};
     struct ibv_send_wr wr = {
@@ -331,6 +331,13 @@ int vs_rdma_post_credit(struct vs_rdma_conn *c, bool wake)
     int rc = post_send_locked(c, &wr);
     if (rc == 0)
         atomic_store(&c->rx_credited, tail);
+    return rc;
+}
+
+int vs_rdma_post_credit(struct vs_rdma_conn *c, bool wake)
+{
+    pthread_mutex_lock(&c->qp_lock);
+    int rc = vs_rdma_post_credit_locked(c, wake);
     pthread_mutex_unlock(&c->qp_lock);
     return rc;
 }

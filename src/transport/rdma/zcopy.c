@@ -91,6 +91,7 @@ bool vs_rdma_offer_in(struct vs_rdma_conn *c, const struct vs_rdma_msg *m)
     struct vs_rdma_offer *o = &c->offers[(c->offer_first + c->offer_count) % VS_RDMA_OFFERS];
     *o = (struct vs_rdma_offer){.pos = m->a, .len = m->b, .addr = m->credit_addr, .rkey = m->rkey};
     c->offer_count++;
+    atomic_store(&c->rx_wait_said, false);
     atomic_store_explicit(&c->rx_head, head + m->b, memory_order_release);
     return true;
 }
