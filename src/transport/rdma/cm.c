@@ -290,8 +290,10 @@ static void done(struct vs_rdma_conn *c)
     vs_rdma_proof_wipe(&c->proof);
     destroy_id(&c->listen_id);
     atomic_store(&c->hs, VS_RDMA_DONE);
-    vs_debug("rdma: connection on %s (rings of %lu and %lu bytes)", c->device,
-             (unsigned long)c->rx_size, (unsigned long)c->tx_size);
+    vs_debug("rdma: connection on %s (rings of %lu and %lu bytes; ours at %p rkey %#x, credit "
+             "word at %p rkey %#x)",
+             c->device, (unsigned long)c->rx_size, (unsigned long)c->tx_size, c->rx.mem,
+             c->rx.mr->rkey, c->credit.mem, c->credit.mr->rkey);
 }
 
 /* The accepter's proof and ring arrived. (ctl) */
