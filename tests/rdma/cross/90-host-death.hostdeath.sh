@@ -10,7 +10,7 @@
 # 0.5 s ack timeout (-u 17: 4.096 us * 2^17) so that the slow emulated peer
 # does not trip the retries while it is alive.
 set -euo pipefail
-# shellcheck source=tests/rdma/cross-lib.sh
+# shellcheck source=/dev/null  # tests/rdma/cross-lib.sh
 . "$CROSS_LIB"
 opts=(-R -d "$VSG_DEV" -x 1 -s 65536 -D 120)
 if [ "$VSG_ROLE" = B ]; then
