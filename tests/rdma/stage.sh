@@ -23,6 +23,7 @@
 #      VSOCKET_RDMA_CROSS_TIMEOUT   phase 2 per-guest run limit, seconds (default 420)
 #      VSOCKET_RDMA_CASE_TIMEOUT    per program / cross case limit in the guest (default 60)
 #      VSOCKET_RDMA_CROSS_ONLY=1    run phase 2 only (while writing cross cases)
+#      VSOCKET_RDMA_CROSS_FILTER    glob on cross case file names (default: all), e.g. '*rping*'
 #      everything tools/rdma-guest/run reads (VSOCKET_RDMA_GUEST_*).
 # Extra one-host cases: tests/rdma/cases/*.sh run in the guest, as root, with
 # cwd = the checkout, IP=10.77.0.1 and DEV=rxe0 exported; exit 0 = success.
@@ -249,6 +250,8 @@ normal=() death=()
 for c in "$here"/cross/*.sh; do
   [ -e "$c" ] || continue
   c=$(basename "$c")
+  # shellcheck disable=SC2053  # a glob on purpose
+  [[ $c == ${VSOCKET_RDMA_CROSS_FILTER:-*} ]] || continue
   if [[ $c == *.hostdeath.sh ]]; then death+=("$c"); else normal+=("$c"); fi
 done
 # One pair boot for all the ordinary cases and the first host-death case (it
