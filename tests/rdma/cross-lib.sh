@@ -1,0 +1,44 @@
+# shellcheck shell=bash
+# tests/rdma/cross-lib.sh — helpers for the cross-host cases in
+# tests/rdma/cross/*.sh (sourced by a case: `. "$CROSS_LIB"`). See the header
+# of tests/rdma/stage.sh for how cases are run.
+#
+# In a case: VSG_ROLE (A|B), VSG_SELF_IP, VSG_PEER_IP, VSG_DEV (rxe1),
+# VSG_TOOLS, VSG_SYNC_DIR (from tools/rdma-guest/pair), CASE (the case's name,
+# use it to make barrier names unique), A_IP / B_IP (below), CNT (rxe1's
+# hw_counters folder), and the functions below.
+
+export A_IP=10.77.1.1
+export B_IP=10.77.1.2
+export CNT=/sys/class/infiniband/${VSG_DEV:-rxe1}/ports/1/hw_counters
+
+# barrier NAME [TIMEOUT]: both guests wait until both reached "$CASE.NAME".
+barrier() { "$VSG_TOOLS/barrier" "$CASE.$1" "${2:-60}"; }
+
+# counter NAME: one rxe1 hw counter (sent_pkts, rcvd_pkts, retry_exceeded_err…).
+counter() { cat "$CNT/$1"; }
+
+# server_client "SERVER CMD" "CLIENT CMD": the server runs in guest A, the
+# client in guest B (bash -c strings, expanded in the guest: use $A_IP for the
+# server's address). The client is retried (the server may still be starting
+# when B passes the barrier). Returns the server's exit code in A and the
+# client's in B.
+server_client() {
+  local srv=$1 cli=$2 pid rc=0 try
+  if [ "$VSG_ROLE" = A ]; then
+    bash -c "$srv" &
+    pid=$!
+    sleep 1
+    barrier server-started 60 || { kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; return 1; }
+    wait "$pid" || rc=$?
+    return "$rc"
+  fi
+  barrier server-started 60 || return 1
+  for try in 1 2 3 4 5 6; do
+    bash -c "$cli" && return 0
+    rc=$?
+    echo "  (client attempt $try failed with exit $rc, retrying)"
+    sleep 1
+  done
+  return "$rc"
+}
