@@ -76,7 +76,9 @@ static struct rdma_conn_param conn_param(const void *pdata, size_t len)
         .private_data_len = (uint8_t)len,
         .responder_resources = 1,
         .initiator_depth = 1,
-        .retry_count = 7,
+        /* 6, not 7: Soft-RoCE takes 7 for "retry for ever", and a dead
+         * peer host must end in an error within bounded time. */
+        .retry_count = 6,
         /* 7: the peer not ready to receive is retried for good; its
          * receive buffers come back as it polls. */
         .rnr_retry_count = 7,
@@ -120,6 +122,17 @@ static void accepter_route(struct vs_rdma_conn *c)
         retry_later(c);
 }
 
+/* The local ACK timeout: 4.096 us * 2^17, about 0.5 s. Shorter ones make an
+ * emulated or loaded host retransmit for nothing; with 6 retries a dead
+ * peer host is noticed within a few seconds. */
+#define ACK_TIMEOUT 17
+
+static void set_ack_timeout(struct rdma_cm_id *id)
+{
+    uint8_t t = ACK_TIMEOUT;
+    rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &t, sizeof(t));
+}
+
 static void accepter_connect(struct vs_rdma_conn *c)
 {
     int rc = vs_rdma_verbs_setup(c, c->id);
@@ -137,6 +150,7 @@ static void accepter_connect(struct vs_rdma_conn *c)
                               .tx = p->a_tx,
                               .rx = p->a_rx};
     struct rdma_conn_param param = conn_param(&req, sizeof(req));
+    set_ack_timeout(c->id);
     if (rdma_connect(c->id, &param) < 0)
         return retry_later(c);
     atomic_store(&c->hs, VS_RDMA_CONNECT);
@@ -263,6 +277,7 @@ static void connector_request(struct vs_rdma_conn *c, const struct vs_rdma_event
     vs_rdma_proof_mac(p, false, false, connector_addr(c), accepter_addr(c), rep.mac);
     struct rdma_conn_param param = conn_param(&rep, sizeof(rep));
     c->id = e->id;
+    set_ack_timeout(c->id);
     if (rdma_accept(c->id, &param) < 0) {
         vs_rdma_verbs_teardown(c);
         destroy_id(&c->id);
