@@ -19,9 +19,9 @@
 # Last line of output: "rdma: N passed, M failed" (both phases).
 #
 # Env: VSOCKET_SKIP_RDMA=1          skip (exit 0, banner)
-#      VSOCKET_RDMA_STAGE_TIMEOUT   phase 1 guest run limit, seconds (default 240)
-#      VSOCKET_RDMA_CROSS_TIMEOUT   phase 2 per-guest run limit, seconds (default 420)
-#      VSOCKET_RDMA_CASE_TIMEOUT    per program / cross case limit in the guest (default 60)
+#      VSOCKET_RDMA_STAGE_TIMEOUT   phase 1 guest run limit, seconds (default 1500)
+#      VSOCKET_RDMA_CROSS_TIMEOUT   phase 2 per-guest run limit, seconds (default 1200)
+#      VSOCKET_RDMA_CASE_TIMEOUT    per program / cross case limit in the guest (default 300)
 #      VSOCKET_RDMA_CROSS_ONLY=1    run phase 2 only (while writing cross cases)
 #      VSOCKET_RDMA_CROSS_FILTER    glob on cross case file names (default: all), e.g. '*rping*'
 #      everything tools/rdma-guest/run reads (VSOCKET_RDMA_GUEST_*).
@@ -49,7 +49,7 @@ CNT=/sys/class/infiniband/$DEV/ports/1/hw_counters
 
 # ============================================================ guest side
 if [ "${1:-}" = --in-guest ]; then
-  case_timeout=${VSOCKET_RDMA_CASE_TIMEOUT:-60}
+  case_timeout=${VSOCKET_RDMA_CASE_TIMEOUT:-300}
   export IP DEV
   work=$(mktemp -d /tmp/rdma-stage.XXXXXX)
   passed=0 failed=0
@@ -119,7 +119,7 @@ fi
 
 # ============================================================ pair side (phase 2, both guests)
 if [ "${1:-}" = --in-pair ]; then
-  case_timeout=${VSOCKET_RDMA_CASE_TIMEOUT:-60}
+  case_timeout=${VSOCKET_RDMA_CASE_TIMEOUT:-300}
   role=${VSG_ROLE:?--in-pair runs under tools/rdma-guest/pair}
   C1=/sys/class/infiniband/$VSG_DEV/ports/1/hw_counters
   export CROSS_LIB=$here/cross-lib.sh
@@ -231,7 +231,7 @@ why_of() {
 if [ "${VSOCKET_RDMA_CROSS_ONLY:-0}" != 1 ]; then
   echo "== RDMA stage, phase 1 (one host): booting the Soft-RoCE guest (tools/rdma-guest/run) =="
   rc=0
-  "$repo/tools/rdma-guest/run" --timeout "${VSOCKET_RDMA_STAGE_TIMEOUT:-240}" -C "$repo" -- \
+  "$repo/tools/rdma-guest/run" --timeout "${VSOCKET_RDMA_STAGE_TIMEOUT:-1500}" -C "$repo" -- \
     bash "$here/stage.sh" --in-guest 2>&1 | tee "$log" || rc=${PIPESTATUS[0]}
   counts=$(sed -n 's/^RDMA-STAGE-COUNTS \([0-9]*\) \([0-9]*\)$/\1 \2/p' "$log" | tail -n1)
   if [ -z "$counts" ]; then
@@ -268,7 +268,7 @@ for grp in "${groups[@]}"; do
   read -r -a list <<<"$grp"
   echo "== RDMA stage, phase 2 (two hosts), pair run $g/${#groups[@]}: ${list[*]} =="
   rc=0
-  "$repo/tools/rdma-guest/pair" --fail-fast --timeout "${VSOCKET_RDMA_CROSS_TIMEOUT:-420}" -C "$repo" \
+  "$repo/tools/rdma-guest/pair" --fail-fast --timeout "${VSOCKET_RDMA_CROSS_TIMEOUT:-1200}" -C "$repo" \
     -e VSG_CROSS_CASES="${list[*]}" \
     -- bash "$here/stage.sh" --in-pair -- bash "$here/stage.sh" --in-pair 2>&1 | tee "$log" || rc=${PIPESTATUS[0]}
   counts=$(sed -n 's/^\[A\] RDMA-CROSS-COUNTS \([0-9]*\) \([0-9]*\)$/\1 \2/p' "$log" | tail -n1)
