@@ -6,8 +6,8 @@
 #                       processes of the guest (VSOCKET_TRANSPORTS=rdma)
 # plain CMD...          run CMD without vsocket
 # wait_port PORT [S]    until something listens on IP:PORT (default 20 s)
-# expect_rdma_rows N    `vsocket stat` shows at least N connections on rdma
-#                       (retries for 20 s); prints the table
+# expect_rdma_rows N [S] `vsocket stat` shows at least N connections on rdma
+#                       (retries for S seconds, default 60); prints the table
 # expect_reason R       `vsocket stat --all` shows a connection with reason R
 set -euo pipefail
 
@@ -33,8 +33,8 @@ wait_port() {
 }
 
 expect_rdma_rows() {
-  local want=$1 i n=0 out
-  for ((i = 0; i < 200; i++)); do
+  local want=$1 limit=${2:-60} i n=0 out
+  for ((i = 0; i < limit * 10; i++)); do
     out=$("$TOOL" stat 2>/dev/null || true)
     n=$(grep -c ' rdma ' <<<"$out" || true)
     [ "$n" -ge "$want" ] && { echo "$out"; return 0; }

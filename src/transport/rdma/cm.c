@@ -302,6 +302,7 @@ static int attach_peer(struct vs_rdma_conn *c, const struct vs_rdma_msg *m)
 
 static void done(struct vs_rdma_conn *c)
 {
+    vs_rdma_peer_cache_forget(c->accepter, &c->peer);
     vs_rdma_proof_wipe(&c->proof);
     destroy_id(&c->listen_id);
     atomic_store(&c->hs, VS_RDMA_DONE);

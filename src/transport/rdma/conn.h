@@ -219,10 +219,13 @@ void vs_rdma_on_msg(struct vs_rdma_conn *c, const struct vs_rdma_msg *m);
 void vs_rdma_on_credit(struct vs_rdma_conn *c);
 
 /* peer_cache.c: the destination did not answer: later connections to it
- * stay on TCP for VSOCKET_RDMA_PEER_CACHE_S. A connector's destination is
+ * stay on TCP for VSOCKET_RDMA_PEER_CACHE_S, once it did not answer twice
+ * in a row. A connector's destination is
  * the peer's address and port (a service); an accepter's, its address. */
 void vs_rdma_peer_cache_remember(bool accepter, const struct sockaddr_storage *peer);
 bool vs_rdma_peer_cache_plain(bool accepter, const struct sockaddr_storage *peer);
+/* An upgrade with the destination succeeded: whatever was said goes. */
+void vs_rdma_peer_cache_forget(bool accepter, const struct sockaddr_storage *peer);
 
 static inline bool vs_rdma_active(struct vs_rdma_conn *c)
 {

@@ -14,7 +14,12 @@
 struct entry {
     uint8_t key[18]; /* address (IPv6 or mapped IPv4) and port (0: any) */
     long until_ns;
+    unsigned verdicts; /* no answer this many times in a row */
 };
+
+/* A loaded peer that runs vsocket can miss one rendezvous (thousands of
+ * set-ups at once); a peer without vsocket misses every one. */
+#define VERDICTS 2
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct entry table[SLOTS];
@@ -46,9 +51,12 @@ void vs_rdma_peer_cache_remember(bool accepter, const struct sockaddr_storage *p
     e.until_ns = vs_now_ns() + (long)vs_config.rdma_peer_cache_s * 1000000000L;
     pthread_mutex_lock(&lock);
     unsigned slot = next_slot;
+    e.verdicts = 1;
     for (unsigned i = 0; i < SLOTS; i++)
-        if (memcmp(table[i].key, e.key, sizeof(e.key)) == 0)
+        if (memcmp(table[i].key, e.key, sizeof(e.key)) == 0) {
             slot = i;
+            e.verdicts = table[i].verdicts + 1;
+        }
     if (slot == next_slot)
         next_slot = (next_slot + 1) % SLOTS;
     table[slot] = e;
@@ -63,7 +71,19 @@ bool vs_rdma_peer_cache_plain(bool accepter, const struct sockaddr_storage *peer
     bool plain = false;
     pthread_mutex_lock(&lock);
     for (unsigned i = 0; i < SLOTS && !plain; i++)
-        plain = table[i].until_ns > now && memcmp(table[i].key, key, sizeof(key)) == 0;
+        plain = table[i].until_ns > now && table[i].verdicts >= VERDICTS &&
+                memcmp(table[i].key, key, sizeof(key)) == 0;
     pthread_mutex_unlock(&lock);
     return plain;
+}
+
+void vs_rdma_peer_cache_forget(bool accepter, const struct sockaddr_storage *peer)
+{
+    uint8_t key[18];
+    make_key(accepter, peer, key);
+    pthread_mutex_lock(&lock);
+    for (unsigned i = 0; i < SLOTS; i++)
+        if (memcmp(table[i].key, key, sizeof(key)) == 0)
+            table[i].verdicts = 0;
+    pthread_mutex_unlock(&lock);
 }

@@ -104,7 +104,7 @@ struct vs_shm_conn *vs_shm_conn_new(struct vs_sock *s, bool accepter, int fd,
     c->chan = c->chan_no = -1;
     c->rendezvous = c->rendezvous_no = -1;
     c->rx.fd = c->tx.fd = -1;
-    c->born_ns = vs_now_ns();
+    vs_upgrade_init(&c->up);
     socklen_t llen = sizeof(c->local), plen = sizeof(c->peer);
     if (peer && len <= sizeof(c->peer))
         memcpy(&c->peer, peer, len);

@@ -19,6 +19,7 @@
 #include "memory/ring.h"
 #include "readiness/epoll.h"
 #include "transport/stream.h"
+#include "transport/upgrade.h"
 
 enum vs_shm_hs {
     VS_HS_YOUNG,      /* not started: the connection has not yet shown it will live */
@@ -47,13 +48,8 @@ struct vs_shm_conn {
     /* The numbers chan and rendezvous were last opened under, kept when
      * they go to -1: another holder (fork) closes its own copies at release. */
     int chan_no, rendezvous_no;
-    long born_ns;            /* connect or accept */
-    _Atomic unsigned young_calls; /* calls on the socket while VS_HS_YOUNG */
-    long deadline_ns;        /* give up the handshake after this (ctl) */
+    struct vs_upgrade up;    /* when the set-up starts and gives up (transport/upgrade.h) */
     long next_try_ns;        /* accepter: the next call on the rendezvous (ctl) */
-    long next_check_ns;      /* the next look for a peer without vsocket (ctl) */
-    unsigned calls_seen;     /* past the deadline: 1 + peer calls seen since (ctl) */
-    uint64_t in_mark;        /* bytes received from the peer when last counted (ctl) */
     long caller_deadline_ns; /* connector: the current caller must say HELLO by then (ctl) */
     struct sockaddr_storage local, peer; /* as this side sees the TCP connection */
 

@@ -37,7 +37,6 @@
 #define CALLER_PATIENCE_NS 200000000L
 /* The accepter calls a rendezvous not bound yet at most this often, and
  * either end looks for signs of a peer without vsocket at most this often. */
-#define VS_RENDEZVOUS_RETRY_NS 1000000L
 
 static void close_fd(int *fd)
 {
@@ -355,43 +354,15 @@ static void finish(struct vs_shm_conn *c)
  * long the peer took to do its part. */
 static void messages_start(struct vs_shm_conn *c)
 {
-    long limit = vs_now_ns() + VS_UPGRADE_MESSAGES_NS;
-    if (c->deadline_ns < limit)
-        c->deadline_ns = limit;
+    vs_upgrade_messages(&c->up);
 }
 
-/* Bytes the kernel has received on TCP from the peer so far. */
-static uint64_t bytes_in(struct vs_shm_conn *c, int fd)
-{
-    int queued = 0;
-    if (syscall(SYS_ioctl, fd, FIONREAD, &queued) < 0 || queued < 0)
-        queued = 0;
-    return __atomic_load_n(&c->st.tcp_rx, __ATOMIC_RELAXED) + (uint64_t)queued;
-}
-
-/* Whether to stop waiting for the other end's part of the rendezvous. Each
- * end does its part only at a call of its program, so silence proves
- * nothing: past the deadline, we give up once the peer has been seen
- * calling twice since, at least a millisecond apart (bytes from it arrived
- * after a mark, twice: a vsocket peer does its part at one of two such
- * calls, its calls on the rendezvous being a millisecond apart at most) and
- * a last look found nothing; or after VS_UPGRADE_GIVE_UP_NS. Bytes can also
- * come from one long send still under way in the peer, which is why the
- * deadline is long (stream.h). Checked once a millisecond at most (an
- * ioctl). */
+/* Whether to stop waiting for the peer's part of the rendezvous
+ * (transport/upgrade.c: silence proves nothing until the peer was seen
+ * calling). */
 static bool peer_called_since_deadline(struct vs_shm_conn *c, int fd)
 {
-    long now = vs_now_ns();
-    if (now <= c->deadline_ns || now < c->next_check_ns)
-        return false;
-    c->next_check_ns = now + VS_RENDEZVOUS_RETRY_NS;
-    uint64_t in = bytes_in(c, fd);
-    if (c->calls_seen == 0 || in > c->in_mark) {
-        c->in_mark = in;
-        if (++c->calls_seen > 2)
-            return true;
-    }
-    return now > c->deadline_ns + VS_UPGRADE_GIVE_UP_NS;
+    return vs_upgrade_peer_silent(&c->up, &c->st, fd);
 }
 
 /* Nobody answered in time: a peer without vsocket, or one whose socket is
@@ -700,27 +671,10 @@ static bool not_ours_here(struct vs_shm_conn *c)
            (c->rendezvous >= 0 && vs_shm_fd(c, c->rendezvous) < 0);
 }
 
-/* See lives(). */
-#define VS_UPGRADE_MIN_CALLS 8
-
-/* Whether the connection has shown it will live (VSOCKET_UPGRADE_AFTER_*):
- * one that ends after a request or two costs less on the kernel than any
- * set-up. Never once TCP has ended in both directions (one still open may
- * move: a receiver whose program shut its sending side down). */
+/* Whether the connection has shown it will live (VSOCKET_UPGRADE_AFTER_*). */
 static bool lives(struct vs_shm_conn *c)
 {
-    if (atomic_load(&c->st.tcp_eof) && __atomic_load_n(&c->st.tx_shut, __ATOMIC_RELAXED))
-        return false;
-    uint64_t moved = __atomic_load_n(&c->st.tcp_tx, __ATOMIC_RELAXED) +
-                     __atomic_load_n(&c->st.tcp_rx, __ATOMIC_RELAXED);
-    if (moved >= vs_config.upgrade_after_bytes)
-        return true;
-    /* Age alone is not life: on a loaded machine a one-request connection
-     * waits in queues for milliseconds. A few more calls than one request
-     * takes (send, receive, end of stream) say it carries several. */
-    return vs_now_ns() - c->born_ns >= (long)vs_config.upgrade_after_us * 1000 &&
-           (vs_config.upgrade_after_us == 0 ||
-            atomic_load_explicit(&c->young_calls, memory_order_relaxed) >= VS_UPGRADE_MIN_CALLS);
+    return vs_upgrade_lives(&c->up, &c->st);
 }
 
 /* The set-up starts: the connector opens its rendezvous, the accepter
@@ -728,7 +682,7 @@ static bool lives(struct vs_shm_conn *c)
 static void start(struct vs_shm_conn *c)
 {
     vs_debug("shm: the set-up starts (%s)", c->accepter ? "accepter" : "connector");
-    c->deadline_ns = vs_now_ns() + (c->accepter ? VS_UPGRADE_ACCEPTER_NS : VS_UPGRADE_CONNECTOR_NS);
+    vs_upgrade_start(&c->up, c->accepter ? VS_UPGRADE_ACCEPTER_NS : VS_UPGRADE_CONNECTOR_NS);
     if (!c->accepter) {
         int rc = vs_shm_rendezvous_listen(c);
         if (rc < 0) {
@@ -775,7 +729,7 @@ void vs_shm_progress(struct vs_shm_conn *c, int fd)
     /* Messages under way: the peer calls, or it is gone. */
     hs = (enum vs_shm_hs)atomic_load(&c->hs);
     if ((hs == VS_HS_WAIT_HELLO || hs == VS_HS_WAIT_ACK || hs == VS_HS_WAIT_READY) &&
-        vs_now_ns() > c->deadline_ns + VS_UPGRADE_GRACE_NS)
+        vs_now_ns() > c->up.deadline_ns + VS_UPGRADE_GRACE_NS)
         vs_shm_conn_fail(c, VS_REASON_HANDSHAKE_TIMEOUT);
     vs_plock_unlock(&c->ctl_lock);
 }

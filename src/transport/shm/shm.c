@@ -115,7 +115,7 @@ void vs_shm_sync(struct vs_sock *s, int fd)
     }
     if (hs != VS_HS_DONE && hs != VS_HS_FAILED) {
         if (hs == VS_HS_YOUNG)
-            atomic_fetch_add_explicit(&c->young_calls, 1, memory_order_relaxed);
+            atomic_fetch_add_explicit(&c->up.young_calls, 1, memory_order_relaxed);
         vs_shm_progress(c, fd);
         hs = atomic_load_explicit(&c->hs, memory_order_acquire);
     }
@@ -124,7 +124,7 @@ void vs_shm_sync(struct vs_sock *s, int fd)
         if (hs != VS_HS_YOUNG && s->conn_shown != VS_HS_LISTEN) {
             s->conn_shown = VS_HS_LISTEN;
             vs_stats_set_reason_due(s->stat, VS_REASON_PENDING,
-                                    c->deadline_ns + VS_UPGRADE_GRACE_NS - vs_now_ns());
+                                    c->up.deadline_ns + VS_UPGRADE_GRACE_NS - vs_now_ns());
         }
         return;
     }

@@ -15,17 +15,19 @@ if [ "$VSG_ROLE" = A ]; then
   wait_port $port
   barrier started 60
   barrier running 120
-  expect_rdma_rows 2
+  ok=0
+  expect_rdma_rows 2 120 || ok=1
   barrier done 300
+  exit $ok
   exit 0
 fi
 barrier started 60
 vs_run "$STRESS" client --host "$A_IP" --port $port --mode all --conns 2 --udp-flows 0 \
-  --messages 30 --max-size 512K --seconds 250 >/tmp/x-cli.log 2>&1 &
+  --messages 20 --max-size 256K --seconds 250 >/tmp/x-cli.log 2>&1 &
 cli=$!
 barrier running 120
 rows=0
-expect_rdma_rows 2 || rows=1
+expect_rdma_rows 2 120 || rows=1
 rc=0
 wait $cli || rc=$?
 grep -E '^stress:' /tmp/x-cli.log || true
