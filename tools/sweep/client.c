@@ -47,7 +47,7 @@ static int connect_to(const struct client_opts *o, int socktype)
 }
 
 /* Open a TCP connection and tell the server which test and size follow. */
-static int open_test(const struct client_opts *o, enum test t, size_t size)
+static int open_test(const struct client_opts *o, enum test t, size_t size, uint64_t warm)
 {
     int fd = connect_to(o, SOCK_STREAM);
     if (fd < 0)
@@ -55,7 +55,7 @@ static int open_test(const struct client_opts *o, enum test t, size_t size)
     set_nodelay(fd);
     uint8_t req[8 * REQ_WORDS], ack[8];
     put_u64(req, REQ_MAGIC);
-    put_u64(req + 8, t);
+    put_u64(req + 8, (uint64_t)t | warm << 8);
     put_u64(req + 16, size);
     if (write_full(fd, req, sizeof(req)) < 0 || read_full(fd, ack, sizeof(ack)) != 1 ||
         get_u64(ack) != REQ_MAGIC) {
@@ -102,7 +102,7 @@ static void print_latency(const struct client_opts *o, size_t size, uint64_t *rt
 static int tcp_pingpong(const struct client_opts *o, size_t size, char *buf, uint64_t *rtt,
                         uint64_t iters)
 {
-    int fd = open_test(o, TEST_PINGPONG, size);
+    int fd = open_test(o, TEST_PINGPONG, size, 0);
     if (fd < 0)
         return EXIT_CONNECT;
     uint64_t n = 0, stop = 0;
@@ -189,9 +189,17 @@ static int udp_pingpong(const struct client_opts *o, size_t size, char *buf, uin
 
 static int tcp_stream(const struct client_opts *o, size_t size, char *buf)
 {
-    int fd = open_test(o, TEST_STREAM, size);
+    int fd = open_test(o, TEST_STREAM, size, o->stream_warmup);
     if (fd < 0)
         return EXIT_CONNECT;
+    for (uint64_t i = 0; i < o->stream_warmup; i++) {
+        uint8_t w[8] = {0};
+        if (write_full(fd, w, sizeof(w)) < 0 || read_full(fd, w, sizeof(w)) != 1) {
+            fprintf(stderr, "vsocket-sweep: connection lost during the stream warm-up\n");
+            close(fd);
+            return EXIT_CONNECT;
+        }
+    }
     uint64_t sent = 0, writes = 0, stop = now_ns() + (uint64_t)(o->seconds * 1e9);
     for (;;) {
         if (o->iters ? writes >= o->iters : now_ns() >= stop)

@@ -18,7 +18,7 @@ static void usage_exit(const char *msg, const char *arg)
             "usage: vsocket-sweep server --port P [--bind ADDR] [--udp] [--once]\n"
             "       vsocket-sweep client --host H --port P --mode pingpong|stream [--udp]\n"
             "                     [--sizes 2,64,...] [--iters N] [--seconds S] [--warmup N]\n"
-            "                     [--json]\n"
+            "                     [--stream-warmup N] [--json]\n"
             "see tools/sweep/README.md\n");
     exit(EXIT_USAGE);
 }
@@ -63,7 +63,8 @@ int main(int argc, char **argv)
     static const struct option opts[] = {
         {"host", 1, 0, 'h'},    {"port", 1, 0, 'p'},   {"bind", 1, 0, 'b'},  {"udp", 0, 0, 'u'},
         {"once", 0, 0, 'o'},    {"mode", 1, 0, 'm'},   {"sizes", 1, 0, 's'}, {"iters", 1, 0, 'i'},
-        {"seconds", 1, 0, 'S'}, {"warmup", 1, 0, 'w'}, {"json", 0, 0, 'j'},  {0, 0, 0, 0}};
+        {"seconds", 1, 0, 'S'}, {"warmup", 1, 0, 'w'}, {"json", 0, 0, 'j'},
+        {"stream-warmup", 1, 0, 'W'}, {0, 0, 0, 0}};
     static size_t sizes[MAX_SIZES];
     if (argc < 2 || (strcmp(argv[1], "server") && strcmp(argv[1], "client")))
         usage_exit("first argument must be 'server' or 'client'", NULL);
@@ -104,6 +105,11 @@ int main(int argc, char **argv)
             break;
         case 'w':
             co.warmup = parse_num(optarg, "--warmup");
+            break;
+        case 'W':
+            co.stream_warmup = parse_num(optarg, "--stream-warmup");
+            if (co.stream_warmup > MAX_STREAM_WARMUP)
+                usage_exit("--stream-warmup too large", NULL);
             break;
         case 'j':
             co.json = true;

@@ -58,7 +58,10 @@ static void serve_client(int fd)
     if (read_full(fd, req, sizeof(req)) != 1 || get_u64(req) != REQ_MAGIC)
         return;
     uint64_t test = get_u64(req + 8), size = get_u64(req + 16);
-    if ((test != TEST_PINGPONG && test != TEST_STREAM) || size < 1 || size > MAX_SIZE)
+    uint64_t warm = test >> 8;
+    test &= REQ_TEST_MASK;
+    if ((test != TEST_PINGPONG && test != TEST_STREAM) || size < 1 || size > MAX_SIZE ||
+        (warm && test != TEST_STREAM) || warm > MAX_STREAM_WARMUP)
         return;
     size_t bufsize = size < 65536 ? 65536 : (size_t)size;
     char *buf = malloc(bufsize);
@@ -68,8 +71,13 @@ static void serve_client(int fd)
     if (write_full(fd, ack, sizeof(ack)) == 0) {
         if (test == TEST_PINGPONG)
             echo_pingpong(fd, buf, (size_t)size);
-        else
-            sink_stream(fd, buf, bufsize);
+        else {
+            uint64_t i = 0;
+            for (; i < warm && read_full(fd, buf, 8) == 1 && write_full(fd, buf, 8) == 0; i++)
+                ;
+            if (i == warm)
+                sink_stream(fd, buf, bufsize);
+        }
     }
     free(buf);
 }
