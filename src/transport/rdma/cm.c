@@ -74,8 +74,8 @@ static struct rdma_conn_param conn_param(const void *pdata, size_t len)
     struct rdma_conn_param p = {
         .private_data = pdata,
         .private_data_len = (uint8_t)len,
-        .responder_resources = 1,
-        .initiator_depth = 1,
+        .responder_resources = VS_RDMA_READS,
+        .initiator_depth = VS_RDMA_READS,
         /* 6, not 7: Soft-RoCE takes 7 for "retry for ever", and a dead
          * peer host must end in an error within bounded time. */
         .retry_count = 6,
@@ -108,8 +108,8 @@ static void accepter_call(struct vs_rdma_conn *c)
         ((struct sockaddr_in *)&src)->sin_port = 0;
     else
         ((struct sockaddr_in6 *)&src)->sin6_port = 0;
-    if (rdma_resolve_addr(c->id, (struct sockaddr *)&src, (struct sockaddr *)&c->peer,
-                          RESOLVE_MS) < 0) {
+    if (rdma_resolve_addr(c->id, (struct sockaddr *)&src, (struct sockaddr *)&c->peer, RESOLVE_MS) <
+        0) {
         vs_debug("rdma: rdma_resolve_addr: %s", strerror(errno));
         return fail(c, VS_REASON_NO_RDMA_DEVICE);
     }
@@ -200,8 +200,8 @@ static void accepter_rejected(struct vs_rdma_conn *c, const struct vs_rdma_event
     struct vs_rdma_rep rep;
     if (e->pdata_len >= sizeof(rep)) {
         memcpy(&rep, e->pdata, sizeof(rep));
-        if (rep.magic == VS_RDMA_MAGIC && (rep.code == VS_RDMA_REJECT_ADDRESS ||
-                                           rep.code == VS_RDMA_REJECT_DECLINE))
+        if (rep.magic == VS_RDMA_MAGIC &&
+            (rep.code == VS_RDMA_REJECT_ADDRESS || rep.code == VS_RDMA_REJECT_DECLINE))
             return fail(c, VS_REASON_DECLINED_BY_PEER);
     }
     /* Nobody listens there yet (or a caller is being checked): later. */
@@ -429,8 +429,8 @@ void vs_rdma_on_msg(struct vs_rdma_conn *c, const struct vs_rdma_msg *m)
          * wait): one of the two answers. */
         atomic_store(&c->peer_waits, true);
         if (__atomic_load_n(&c->rx_tail, __ATOMIC_SEQ_CST) != m->a && c->credit.mr &&
-            atomic_exchange(&c->peer_waits, false))
-            vs_rdma_post_credit_locked(c, true);
+            atomic_exchange(&c->peer_waits, false) && vs_rdma_post_credit_locked(c, true) < 0)
+            atomic_store(&c->peer_waits, true); /* the next read answers */
         break;
     case VS_RDMA_MSG_OFFER:
         if (!vs_rdma_offer_in(c, m))
@@ -488,7 +488,8 @@ void vs_rdma_progress(struct vs_rdma_conn *c, int fd)
                 connector_proof(c, &m);
             else
                 accepter_ring(c, &m);
-        } else if (atomic_load(&c->broken) || vs_now_ns() > c->up.deadline_ns + VS_UPGRADE_GRACE_NS) {
+        } else if (atomic_load(&c->broken) ||
+                   vs_now_ns() > c->up.deadline_ns + VS_UPGRADE_GRACE_NS) {
             fail(c, VS_REASON_HANDSHAKE_TIMEOUT);
         }
     } else if (hs == VS_RDMA_RETRY || hs == VS_RDMA_LISTEN) {

@@ -29,22 +29,24 @@ struct vs_rdma_offer {
     uint64_t pos, len; /* its place in the stream (transport positions) */
     uint64_t addr;     /* in the peer's memory */
     uint32_t rkey;
-    uint64_t pulled;   /* bytes of it landed in our ring */
-    uint64_t pulling;  /* bytes of the RDMA READ in flight, 0 if none */
+    uint64_t pulled;  /* bytes of it landed in our ring */
+    uint64_t pulling; /* bytes of it in RDMA READs in flight */
 };
 
 #define VS_RDMA_OFFERS 8
+/* RDMA READs a connection keeps in flight (and asks the peer to serve). */
+#define VS_RDMA_READS 4
 
 enum vs_rdma_hs {
-    VS_RDMA_YOUNG,      /* not started: the connection has not yet shown it will live */
-    VS_RDMA_LISTEN,     /* connector: listening for the accepter on rdma_cm */
-    VS_RDMA_RESOLVE,    /* accepter: resolving the connector's address and route */
-    VS_RDMA_RETRY,      /* accepter: the connector did not answer yet, call again later */
-    VS_RDMA_CONNECT,    /* accepter: connect request sent */
-    VS_RDMA_ACCEPT,     /* connector: accepted a caller, waiting for its proof */
-    VS_RDMA_WAIT_RING,  /* accepter: proof and ring sent, waiting for the connector's ring */
-    VS_RDMA_DONE,       /* both rings in place */
-    VS_RDMA_FAILED,     /* stays on the kernel for good */
+    VS_RDMA_YOUNG,     /* not started: the connection has not yet shown it will live */
+    VS_RDMA_LISTEN,    /* connector: listening for the accepter on rdma_cm */
+    VS_RDMA_RESOLVE,   /* accepter: resolving the connector's address and route */
+    VS_RDMA_RETRY,     /* accepter: the connector did not answer yet, call again later */
+    VS_RDMA_CONNECT,   /* accepter: connect request sent */
+    VS_RDMA_ACCEPT,    /* connector: accepted a caller, waiting for its proof */
+    VS_RDMA_WAIT_RING, /* accepter: proof and ring sent, waiting for the connector's ring */
+    VS_RDMA_DONE,      /* both rings in place */
+    VS_RDMA_FAILED,    /* stays on the kernel for good */
 };
 
 /* One registered area: memory, its region and its size. */
@@ -63,8 +65,8 @@ struct vs_rdma_conn {
     bool accepter;
     const char *fail_reason; /* (ctl) a static string */
     struct vs_upgrade up;
-    long next_try_ns; /* accepter: the next call on the connector (ctl) */
-    unsigned bad_proofs; /* connector: callers whose proof failed (ctl) */
+    long next_try_ns;                    /* accepter: the next call on the connector (ctl) */
+    unsigned bad_proofs;                 /* connector: callers whose proof failed (ctl) */
     struct sockaddr_storage local, peer; /* as this side sees the TCP connection */
     char device[32];                     /* the RDMA device carrying it */
 
@@ -81,42 +83,45 @@ struct vs_rdma_conn {
     struct ibv_comp_channel *channel;
     struct ibv_cq *cq;
     struct ibv_qp *qp;
-    unsigned cq_events; /* channel events not yet acknowledged (qp_lock) */
-    unsigned depth;     /* work requests per queue */
+    unsigned cq_events;  /* channel events not yet acknowledged (qp_lock) */
+    unsigned depth;      /* work requests per queue */
     uint32_t inline_max; /* the most a send may carry inline */
 
     /* Receive side: the ring the peer writes into, and message buffers. */
     struct vs_rdma_area rx, msgs;
-    uint64_t rx_size;       /* a power of two */
-    _Atomic uint64_t rx_head; /* bytes the peer wrote, as its completions said (qp_lock) */
-    uint64_t rx_tail;       /* bytes we consumed (rx) */
+    uint64_t rx_size;             /* a power of two */
+    _Atomic uint64_t rx_head;     /* bytes the peer wrote, as its completions said (qp_lock) */
+    uint64_t rx_tail;             /* bytes we consumed (rx) */
     _Atomic uint64_t rx_credited; /* tail as last written to the peer */
     _Atomic bool peer_waits;      /* the peer asked for credit and has not had it */
     /* Offers not yet consumed, oldest first (qp_lock). */
     struct vs_rdma_offer offers[VS_RDMA_OFFERS];
     unsigned offer_first, offer_count;
-    bool offer_done;               /* one was consumed: credit with a wake-up (qp_lock) */
-    _Atomic bool peer_reading;     /* the peer sleeps in a large read (RX_WAIT) */
-    _Atomic bool rx_wait_said;     /* we sent RX_WAIT and no offer came since */
-    _Atomic bool rx_shut_known;   /* the peer's SHUT arrived */
-    uint64_t rx_shut_at;          /* stream end of the peer's transport data */
+    bool offer_done;                  /* one was consumed: credit with a wake-up (qp_lock) */
+    uint64_t read_len[VS_RDMA_READS]; /* READs in flight, oldest first (qp_lock) */
+    unsigned read_first, reads_in_flight;
+    _Atomic bool peer_reading;  /* the peer sleeps in a large read (RX_WAIT) */
+    _Atomic bool rx_wait_said;  /* we sent RX_WAIT and no offer came since */
+    _Atomic bool rx_shut_known; /* the peer's SHUT arrived */
+    uint64_t rx_shut_at;        /* stream end of the peer's transport data */
 
     /* Send side: a copy of what the peer has not consumed (kept for a
      * revert), the peer's ring, and where the peer writes our credit. */
     struct vs_rdma_area tx, credit;
     uint64_t tx_size;
-    uint64_t tx_head;           /* bytes we wrote (tx) */
-    uint64_t peer_ring_addr;    /* (ctl, fixed once DONE) */
+    uint64_t tx_head;        /* bytes we wrote (tx) */
+    uint64_t peer_ring_addr; /* (ctl, fixed once DONE) */
     uint32_t peer_ring_rkey;
     uint64_t peer_credit_addr;
     uint32_t peer_credit_rkey;
-    _Atomic bool credit_asked;  /* we asked for credit and none came since */
-    unsigned sq_posted;         /* send work requests posted (qp_lock) */
-    unsigned sq_done;           /* ... of which completed, as signalled (qp_lock) */
-    unsigned since_signal;      /* unsignalled sends since the last signalled one (qp_lock) */
+    _Atomic bool credit_asked; /* we asked for credit and none came since */
+    long credit_asked_ns;      /* when */
+    unsigned sq_posted;        /* send work requests posted (qp_lock) */
+    unsigned sq_done;          /* ... of which completed, as signalled (qp_lock) */
+    unsigned since_signal;     /* unsignalled sends since the last signalled one (qp_lock) */
     _Atomic bool tx_shut_sent;
-    _Atomic bool broken;        /* a completion error: the QP is unusable */
-    _Atomic bool peer_gone;     /* rdma_cm said the peer disconnected */
+    _Atomic bool broken;    /* a completion error: the QP is unusable */
+    _Atomic bool peer_gone; /* rdma_cm said the peer disconnected */
 
     /* Where each direction of the byte stream is (transport/stream.h). */
     struct vs_stream st;
@@ -129,7 +134,7 @@ struct vs_rdma_conn {
      * program's close must not send the FIN before the bytes it wrote are
      * placed in the peer's memory (conn.c: closing). */
     int hold_fd;
-    bool closing;             /* released, waiting for its writes (list lock) */
+    bool closing; /* released, waiting for its writes (list lock) */
     long close_deadline_ns;
 
     struct vs_rdma_conn *next, *prev; /* this process's list (conn.c) */
@@ -197,8 +202,7 @@ uint64_t vs_rdma_peer_tail(struct vs_rdma_conn *c);
 /* zcopy.c: large sends pulled by the receiver with RDMA READ. */
 /* Sender: sends LEN bytes at BUF by offering them, when worth it; the
  * bytes sent, 0 when not worth it (the ring then), or -errno. (tx) */
-ssize_t vs_rdma_zcopy_send(struct vs_rdma_conn *c, int fd, const void *buf, size_t len,
-                           int flags);
+ssize_t vs_rdma_zcopy_send(struct vs_rdma_conn *c, int fd, const void *buf, size_t len, int flags);
 /* Receiver: an offer arrived (qp_lock). False: it contradicts the stream. */
 bool vs_rdma_offer_in(struct vs_rdma_conn *c, const struct vs_rdma_msg *m);
 /* A READ completed (qp_lock). */

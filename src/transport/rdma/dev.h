@@ -1,6 +1,6 @@
 /* dev.h - what the rdma transport keeps per process: the rdma_cm event
- * channel every connection's set-up uses. Created at the first connection that tries RDMA; a child after
- * fork starts without them. */
+ * channel every connection's set-up uses. Created at the first connection that tries RDMA; a child
+ * after fork starts without them. */
 #ifndef VSOCKET_RDMA_DEV_H
 #define VSOCKET_RDMA_DEV_H
 

@@ -50,10 +50,17 @@ uint64_t vs_rdma_writable(struct vs_rdma_conn *c)
     return unread > c->tx_size ? 0 : c->tx_size - unread;
 }
 
+/* A sender that waits for space asks once; if no answer came in
+ * ASK_AGAIN_NS (an answer lost to a full send queue at the peer, say) it
+ * asks again, so a lost wake-up costs a delay, never a hang. */
+#define ASK_AGAIN_NS 20000000L
+
 void vs_rdma_ask_credit(struct vs_rdma_conn *c)
 {
-    if (atomic_exchange(&c->credit_asked, true))
+    long now = vs_now_ns();
+    if (atomic_exchange(&c->credit_asked, true) && now - c->credit_asked_ns < ASK_AGAIN_NS)
         return;
+    c->credit_asked_ns = now;
     struct vs_rdma_msg m = {.type = VS_RDMA_MSG_CREDIT_REQ, .a = vs_rdma_peer_tail(c)};
     if (vs_rdma_post_msg(c, &m) < 0)
         atomic_store(&c->credit_asked, false);
@@ -68,7 +75,8 @@ static bool cq_news(void *arg, const void *arg2)
     const uint64_t *mark = arg2;
     vs_rdma_poll(c);
     return mark[0] != atomic_load(&c->rx_head) || mark[1] != vs_rdma_peer_tail(c) ||
-           mark[2] != atomic_load(&c->gen);
+           mark[2] != atomic_load(&c->gen) ||
+           mark[3] != __atomic_load_n(&c->sq_done, __ATOMIC_RELAXED);
 }
 
 /* Sleeps until the CQ, the set-up or the TCP socket may have news, after a
@@ -80,7 +88,8 @@ int vs_rdma_wait(struct vs_rdma_conn *c, int fd, short tcp_events, struct vs_blo
     if (b->deadline >= 0 && left <= 0)
         return -ETIMEDOUT;
     if (vs_rdma_done(c) && c->cq) {
-        uint64_t mark[3] = {atomic_load(&c->rx_head), vs_rdma_peer_tail(c), atomic_load(&c->gen)};
+        uint64_t mark[4] = {atomic_load(&c->rx_head), vs_rdma_peer_tail(c), atomic_load(&c->gen),
+                            __atomic_load_n(&c->sq_done, __ATOMIC_RELAXED)};
         if (vs_spin_until(cq_news, c, mark))
             return 0;
     }
@@ -100,11 +109,9 @@ int vs_rdma_wait(struct vs_rdma_conn *c, int fd, short tcp_events, struct vs_blo
     if (ch)
         p[cm = n++] = (struct pollfd){.fd = ch->fd, .events = POLLIN};
     /* Completions that came before the notification was armed. */
-    uint64_t head = atomic_load(&c->rx_head), tail = vs_rdma_peer_tail(c);
-    unsigned gen = atomic_load(&c->gen);
-    vs_rdma_poll(c);
-    if (head != atomic_load(&c->rx_head) || tail != vs_rdma_peer_tail(c) ||
-        gen != atomic_load(&c->gen))
+    uint64_t mark[4] = {atomic_load(&c->rx_head), vs_rdma_peer_tail(c), atomic_load(&c->gen),
+                        __atomic_load_n(&c->sq_done, __ATOMIC_RELAXED)};
+    if (cq_news(c, mark))
         return 0;
     bool shared = atomic_fetch_add(&c->sleepers, 1) > 0;
     long slice = shared ? VS_WAIT_SHARED_NAP_NS : VS_WAIT_SLICE_NS;
@@ -270,8 +277,8 @@ ssize_t vs_rdma_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags
         } else {
             vs_rdma_poll(c);
             struct iovec win[msg->msg_iovlen];
-            int cnt = vs_iov_window(msg->msg_iov, (int)msg->msg_iovlen, total, VS_STREAM_NO_LIMIT,
-                                    win);
+            int cnt =
+                vs_iov_window(msg->msg_iov, (int)msg->msg_iovlen, total, VS_STREAM_NO_LIMIT, win);
             /* Not past the end the peer announced (its REVERT or SHUT). */
             size_t n = ring_read(c, win, cnt, peek);
             if (n > 0) {
@@ -498,8 +505,8 @@ ssize_t vs_rdma_sendmsg(struct vs_sock *s, int fd, const struct msghdr *msg, int
             n = vs_real.sendmsg(fd, msg, flags);
             if (n > 0) {
                 if (!vs_rdma_done(c))
-                    vs_rdma_proof_sent(&c->proof, c->st.tcp_tx, msg->msg_iov,
-                                       (int)msg->msg_iovlen, (size_t)n);
+                    vs_rdma_proof_sent(&c->proof, c->st.tcp_tx, msg->msg_iov, (int)msg->msg_iovlen,
+                                       (size_t)n);
                 c->st.tcp_tx += (uint64_t)n;
             }
             n = n < 0 ? -errno : n;
@@ -526,8 +533,8 @@ ssize_t vs_rdma_sendfile(struct vs_sock *s, int fd, int in_fd, off_t *offset, si
         if (!vs_rdma_active(c))
             return vs_real.sendfile(fd, in_fd, offset, count);
         pthread_mutex_lock(&c->tx_lock);
-        ssize_t n = vs_stream_tx_on_transport(&c->st) ? -1 : vs_real.sendfile(fd, in_fd, offset,
-                                                                              count);
+        ssize_t n =
+            vs_stream_tx_on_transport(&c->st) ? -1 : vs_real.sendfile(fd, in_fd, offset, count);
         if (n > 0)
             c->st.tcp_tx += (uint64_t)n;
         pthread_mutex_unlock(&c->tx_lock);

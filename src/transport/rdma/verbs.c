@@ -365,7 +365,8 @@ int vs_rdma_post_data(struct vs_rdma_conn *c, uint64_t pos, size_t len)
 int vs_rdma_post_read(struct vs_rdma_conn *c, void *local, uint64_t remote, uint32_t rkey,
                       uint64_t len)
 {
-    struct ibv_sge sge = {.addr = (uintptr_t)local, .length = (uint32_t)len, .lkey = c->rx.mr->lkey};
+    struct ibv_sge sge = {
+        .addr = (uintptr_t)local, .length = (uint32_t)len, .lkey = c->rx.mr->lkey};
     struct ibv_send_wr wr = {
         .sg_list = &sge,
         .num_sge = 1,

@@ -27,8 +27,7 @@ static bool before(uint64_t a, uint64_t b)
 
 /* ---------------------------------------------------------------- sender */
 
-ssize_t vs_rdma_zcopy_send(struct vs_rdma_conn *c, int fd, const void *buf, size_t len,
-                           int flags)
+ssize_t vs_rdma_zcopy_send(struct vs_rdma_conn *c, int fd, const void *buf, size_t len, int flags)
 {
     (void)flags;
     if (!vs_config.rdma_zcopy || len < vs_config.rdma_zcopy || !atomic_load(&c->peer_reading))
@@ -69,6 +68,7 @@ ssize_t vs_rdma_zcopy_send(struct vs_rdma_conn *c, int fd, const void *buf, size
             rc = r < 0 ? r : (ssize_t)len;
             break;
         }
+        vs_rdma_ask_credit(c);
         vs_rdma_wait(c, fd, 0, &b);
     }
     ibv_dereg_mr(mr);
@@ -96,34 +96,51 @@ bool vs_rdma_offer_in(struct vs_rdma_conn *c, const struct vs_rdma_msg *m)
     return true;
 }
 
+/* READs complete in the order they were posted: the oldest in flight is
+ * done, and it belongs to the first offer with bytes in flight. */
 void vs_rdma_pull_done(struct vs_rdma_conn *c)
 {
+    if (!c->reads_in_flight)
+        return;
+    uint64_t len = c->read_len[c->read_first % VS_RDMA_READS];
+    c->read_first++;
+    c->reads_in_flight--;
     for (unsigned i = 0; i < c->offer_count; i++) {
         struct vs_rdma_offer *o = &c->offers[(c->offer_first + i) % VS_RDMA_OFFERS];
         if (o->pulling) {
-            o->pulled += o->pulling;
-            o->pulling = 0;
+            o->pulled += len;
+            o->pulling -= len;
             return;
         }
     }
 }
 
-/* Pulls the next part of offer O into its place in the ring: no further
- * ahead of the tail than the ring holds, nor past the ring's end. (qp_lock) */
+/* Pulls the next parts of offer O into their place in the ring, a quarter
+ * of the ring per READ and VS_RDMA_READS in flight (the reader copies the
+ * first while the others fly): never further ahead of the tail than the
+ * ring holds, nor across the ring's end. (qp_lock) */
 static void pull(struct vs_rdma_conn *c, struct vs_rdma_offer *o, uint64_t tail)
 {
-    uint64_t at = o->pos + o->pulled;
-    uint64_t ahead = at - tail;
-    if (o->pulling || o->pulled == o->len || ahead >= c->rx_size)
-        return;
-    uint64_t off = at & (c->rx_size - 1);
-    uint64_t run = o->len - o->pulled;
-    if (run > c->rx_size - ahead)
-        run = c->rx_size - ahead;
-    if (run > c->rx_size - off)
-        run = c->rx_size - off;
-    if (vs_rdma_post_read(c, (char *)c->rx.mem + off, o->addr + o->pulled, o->rkey, run) == 0)
-        o->pulling = run;
+    while (c->reads_in_flight < VS_RDMA_READS) {
+        uint64_t done = o->pulled + o->pulling;
+        uint64_t at = o->pos + done;
+        uint64_t ahead = at - tail;
+        if (done == o->len || ahead >= c->rx_size)
+            return;
+        uint64_t off = at & (c->rx_size - 1);
+        uint64_t run = o->len - done;
+        if (run > c->rx_size - ahead)
+            run = c->rx_size - ahead;
+        if (run > c->rx_size - off)
+            run = c->rx_size - off;
+        if (run > c->rx_size / 4)
+            run = c->rx_size / 4;
+        if (vs_rdma_post_read(c, (char *)c->rx.mem + off, o->addr + done, o->rkey, run) != 0)
+            return;
+        c->read_len[(c->read_first + c->reads_in_flight) % VS_RDMA_READS] = run;
+        c->reads_in_flight++;
+        o->pulling += run;
+    }
 }
 
 uint64_t vs_rdma_rx_avail(struct vs_rdma_conn *c)

@@ -43,8 +43,8 @@ struct vs_shm_conn {
     /* Connector: why the last caller was turned away (a user the policy
      * refuses, its DECLINE): the reason if no caller ever gets through. */
     const char *refusal; /* (ctl) */
-    int chan;                /* side channel, -1 until open (ctl) */
-    int rendezvous;          /* connector's listening socket, -1 when closed (ctl) */
+    int chan;            /* side channel, -1 until open (ctl) */
+    int rendezvous;      /* connector's listening socket, -1 when closed (ctl) */
     /* The numbers chan and rendezvous were last opened under, kept when
      * they go to -1: another holder (fork) closes its own copies at release. */
     int chan_no, rendezvous_no;

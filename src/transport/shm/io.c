@@ -31,13 +31,6 @@
 
 #define NO_LIMIT VS_STREAM_NO_LIMIT
 
-
-
-
-
-
-
-
 /* Sleeps until the ring of our role may have changed, the side channel has
  * news or the TCP socket an event. 0, -EINTR or -ETIMEDOUT. */
 static int sleep_on(struct vs_shm_conn *c, int fd, struct vs_ring *ring, short tcp_events,
@@ -95,8 +88,6 @@ static int sleep_on(struct vs_shm_conn *c, int fd, struct vs_ring *ring, short t
         vs_shm_progress(c, fd);
     return 0;
 }
-
-
 
 /* Receive side, ring phase, nothing in the ring: the peer's end of stream,
  * its death, or its return to TCP. 1 read TCP now, 0 end of stream,
