@@ -13,8 +13,10 @@
 # Last line of output: "rdma: N passed, M failed".
 #
 # Env: VSOCKET_SKIP_RDMA=1          skip (exit 0, banner)
-#      VSOCKET_RDMA_STAGE_TIMEOUT   whole guest run limit, seconds (default 240)
-#      VSOCKET_RDMA_CASE_TIMEOUT    per program limit in the guest (default 60)
+#      VSOCKET_RDMA_STAGE_TIMEOUT   whole guest run limit, seconds (default 1200)
+#      VSOCKET_RDMA_CASE_TIMEOUT    per program limit in the guest (default 60; a
+#                                   case file may ask for more with a line
+#                                   "# rdma-case-timeout: SECONDS")
 #      everything tools/rdma-guest/run reads (VSOCKET_RDMA_GUEST_*).
 # Extra cases: tests/rdma/cases/*.sh run in the guest, as root, with cwd = the
 # checkout, IP=10.77.0.1 and DEV=rxe0 exported; exit 0 = success.
@@ -88,7 +90,9 @@ if [ "${1:-}" = --in-guest ]; then
     "rstream -b $IP -S 4096 -C 200" "rstream -s $IP -S 4096 -C 200"
   for c in "$repo"/tests/rdma/cases/*.sh; do
     [ -e "$c" ] || continue
-    run_case "case $(basename "$c")" t bash "$c"
+    ct=$(sed -n 's/^# rdma-case-timeout: *\([0-9][0-9]*\).*/\1/p' "$c" | head -n1)
+    [ -n "$ct" ] && [ "$ct" -gt "$case_timeout" ] || ct=$case_timeout
+    run_case "case $(basename "$c")" timeout -k 5 "$ct" bash "$c"
   done
   rm -rf "$work"
   echo "RDMA-STAGE-COUNTS $passed $failed"
@@ -115,7 +119,7 @@ trap 'rm -f "$log"' EXIT
 start=$SECONDS
 echo "== RDMA stage: booting the Soft-RoCE guest (tools/rdma-guest/run) =="
 rc=0
-"$repo/tools/rdma-guest/run" --timeout "${VSOCKET_RDMA_STAGE_TIMEOUT:-240}" -C "$repo" -- \
+"$repo/tools/rdma-guest/run" --timeout "${VSOCKET_RDMA_STAGE_TIMEOUT:-1200}" -C "$repo" -- \
   bash "$here/stage.sh" --in-guest 2>&1 | tee "$log" || rc=${PIPESTATUS[0]}
 counts=$(sed -n 's/^RDMA-STAGE-COUNTS \([0-9]*\) \([0-9]*\)$/\1 \2/p' "$log" | tail -n1)
 if [ -z "$counts" ]; then
