@@ -21,7 +21,9 @@
 # Env: VSOCKET_SKIP_RDMA=1          skip (exit 0, banner)
 #      VSOCKET_RDMA_STAGE_TIMEOUT   phase 1 guest run limit, seconds (default 1500)
 #      VSOCKET_RDMA_CROSS_TIMEOUT   phase 2 per-guest run limit, seconds (default 1200)
-#      VSOCKET_RDMA_CASE_TIMEOUT    per program / cross case limit in the guest (default 300)
+#      VSOCKET_RDMA_CASE_TIMEOUT    per program / cross case limit in the guest (default 300;
+#                                   a case file may ask for more with a line
+#                                   "# rdma-case-timeout: SECONDS")
 #      VSOCKET_RDMA_CROSS_ONLY=1    run phase 2 only (while writing cross cases)
 #      VSOCKET_RDMA_CROSS_FILTER    glob on cross case file names (default: all), e.g. '*rping*'
 #      everything tools/rdma-guest/run reads (VSOCKET_RDMA_GUEST_*).
@@ -109,7 +111,9 @@ if [ "${1:-}" = --in-guest ]; then
     "rstream -b $IP -S 4096 -C 200" "rstream -s $IP -S 4096 -C 200"
   for c in "$repo"/tests/rdma/cases/*.sh; do
     [ -e "$c" ] || continue
-    run_case "case $(basename "$c")" t bash "$c"
+    ct=$(sed -n 's/^# rdma-case-timeout: *\([0-9][0-9]*\).*/\1/p' "$c" | head -n1)
+    [ -n "$ct" ] && [ "$ct" -gt "$case_timeout" ] || ct=$case_timeout
+    run_case "case $(basename "$c")" timeout -k 5 "$ct" bash "$c"
   done
   rm -rf "$work"
   echo "RDMA-STAGE-COUNTS $passed $failed"

@@ -1,10 +1,10 @@
-"""Socket semantics on a connection upgraded to the shm transport.
+"""Socket semantics on a connection upgraded to the shm (or rdma) transport.
 
-Each test runs the two ends of one loopback TCP connection (127.0.0.1 and
-::1) as two processes of progs/peer.py under `vsocket run`, makes sure the
-connection is on shm (`vsocket stat --json --all --pid` of both ends shows the
-connected socket with transport "shm", after a few ping-pongs), then runs one
-scenario of peer.py. peer.py checks the data (sha256) and the calls' results
+Each test runs the two ends of one TCP connection (shm: loopback, 127.0.0.1
+and ::1) as two processes of progs/peer.py under `vsocket run`, makes sure the
+connection is on the transport under test (`vsocket stat --json --all --pid`
+of both ends shows the connected socket with transport "shm" or "rdma", after
+a few ping-pongs), then runs one scenario of peer.py. peer.py checks the data (sha256) and the calls' results
 itself and reports failures and timings as JSON events; this file drives the
 two ends (barriers, kills, stat checks) and checks what only it can see.
 
@@ -13,6 +13,18 @@ Environment:
   VSOCKET_SHM_BASELINE=1 runs every scenario with both ends plain (no
     vsocket, no stat checks, no xfail): proves that what the scenarios expect
     is what the kernel does.
+  VSOCKET_SEMANTICS_TRANSPORT=shm|rdma (default shm): the transport under
+    test. rdma needs an RDMA device (the Soft-RoCE guest:
+    tests/rdma/cases/semantics.sh): both ends get VSOCKET_TRANSPORTS=rdma and
+    VSOCKET_UPGRADE_AFTER_US=0 and connect over VSOCKET_SEMANTICS_RDMA_ADDR
+    (default 10.77.0.1: RDMA cannot route loopback); IPv6 runs only when
+    VSOCKET_SEMANTICS_RDMA_ADDR6 names an IPv6 address with a RoCE GID.
+  VSOCKET_SEMANTICS_TIME_SCALE (default 1 for shm, 10 for rdma): factor for
+    every time limit (how long a wake-up may take, how long to wait for
+    data), never for the lower bounds that prove a call blocked. The guest
+    runs under emulation (TCG, ~100x slower for CPU work).
+  VSOCKET_SEMANTICS_NO_XFAIL=1 runs the scenarios marked xfail for the
+    transport under test (known transport bugs) as plain tests.
 """
 
 from __future__ import annotations
@@ -26,6 +38,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -38,8 +51,50 @@ BUILD_DIR = Path(os.environ.get("VSOCKET_BUILD_DIR") or (REPO / "build")).resolv
 VSOCKET = BUILD_DIR / "bin" / "vsocket"
 PYTHON = sys.executable
 
-FAMILIES = [pytest.param("4", id="ipv4"), pytest.param("6", id="ipv6")]
 BASELINE = os.environ.get("VSOCKET_SHM_BASELINE") == "1"
+TRANSPORT = os.environ.get("VSOCKET_SEMANTICS_TRANSPORT") or "shm"
+if TRANSPORT not in ("shm", "rdma"):
+    raise ValueError(f"VSOCKET_SEMANTICS_TRANSPORT={TRANSPORT!r}: expected shm or rdma")
+RDMA = TRANSPORT == "rdma"
+if RDMA:
+    ADDRS = {"4": os.environ.get("VSOCKET_SEMANTICS_RDMA_ADDR") or "10.77.0.1",
+             "6": os.environ.get("VSOCKET_SEMANTICS_RDMA_ADDR6") or None}
+else:
+    ADDRS = {"4": "127.0.0.1", "6": "::1"}
+SCALE = float(os.environ.get("VSOCKET_SEMANTICS_TIME_SCALE") or (10 if RDMA else 1))
+NO_XFAIL = os.environ.get("VSOCKET_SEMANTICS_NO_XFAIL") == "1"
+
+_NO_V6 = ("rdma over IPv6 not set up: RDMA cannot route ::1 and no VSOCKET_SEMANTICS_RDMA_ADDR6 "
+          "(an IPv6 address of the RDMA interface, e.g. fd77::1 on the guest's dummy0) was given")
+FAMILIES = [pytest.param("4", id="ipv4"),
+            pytest.param("6", id="ipv6", marks=() if ADDRS["6"] else pytest.mark.skip(reason=_NO_V6))]
+
+
+# CPU time a 1 s wait may use without being a busy wait (of 1 s). Under
+# emulation the few system calls of a sleeping wait cost more.
+CPU_IDLE_MAX = 0.3 if SCALE <= 1 else 0.5
+
+
+def T(seconds: float) -> float:
+    """A time limit, scaled for slow (emulated) hosts."""
+    return seconds * SCALE
+
+
+def xfail_on(transport: str, reason: str, strict: bool = True):
+    """Known transport bug: xfail when TRANSPORT is TRANSPORT (not in the
+    baseline, not with VSOCKET_SEMANTICS_NO_XFAIL=1)."""
+    return pytest.mark.xfail(TRANSPORT == transport and not BASELINE and not NO_XFAIL,
+                             reason=f"{transport} transport bug: {reason}", strict=strict)
+
+
+def peer_env(vsocket_end: bool) -> dict:
+    # the baseline runs the kernel alone: no transport-specific check
+    env = dict(os.environ, VSOCKET_SEMANTICS_TRANSPORT="kernel" if BASELINE else TRANSPORT,
+               VSOCKET_SEMANTICS_TIME_SCALE=str(SCALE),
+               VSOCKET_SEMANTICS_HOST4=ADDRS["4"], VSOCKET_SEMANTICS_HOST6=ADDRS["6"] or "")
+    if vsocket_end and RDMA:
+        env.update(VSOCKET_TRANSPORTS="rdma", VSOCKET_UPGRADE_AFTER_US="0")
+    return env
 
 # vsocket's own diagnostics that must never appear on a peer's stderr.
 BAD_STDERR = [
@@ -59,8 +114,11 @@ def _build():
             pytest.fail(f"{p} missing: build first (cmake --build build) or set VSOCKET_BUILD_DIR",
                         pytrace=False)
     out = subprocess.run([str(VSOCKET), "version"], capture_output=True, text=True, timeout=30).stdout
-    if not re.search(r"^transports built:.*\bshm\b", out, re.M):
-        pytest.fail(f"this build has no shm transport:\n{out}", pytrace=False)
+    if not re.search(rf"^transports built:.*\b{TRANSPORT}\b", out, re.M):
+        pytest.fail(f"this build has no {TRANSPORT} transport:\n{out}", pytrace=False)
+    if RDMA and not any(Path("/sys/class/infiniband").glob("*")):
+        pytest.fail("VSOCKET_SEMANTICS_TRANSPORT=rdma and no RDMA device (/sys/class/infiniband is empty):"
+                    " run it in the Soft-RoCE guest (tests/rdma/cases/semantics.sh)", pytrace=False)
 
 
 # --------------------------------------------------------------------------
@@ -69,7 +127,7 @@ def _build():
 
 def stat_json(pid: int) -> dict:
     r = subprocess.run([str(VSOCKET), "stat", "--json", "--all", "--pid", str(pid)],
-                       capture_output=True, text=True, timeout=30)
+                       capture_output=True, text=True, timeout=T(30))
     if r.returncode != 0:
         return {"processes": [], "_rc": r.returncode, "_stderr": r.stderr}
     return json.loads(r.stdout)
@@ -105,11 +163,11 @@ def stat_socket(pid: int, fd: int, closed_too: bool = False,
 
 
 class Peer:
-    def __init__(self, role: str, argv: list[str], q: queue.Queue):
+    def __init__(self, role: str, argv: list[str], q: queue.Queue, env: Optional[dict] = None):
         self.role = role
         self.argv = argv
         self.p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, start_new_session=True)
+                                  stderr=subprocess.PIPE, start_new_session=True, env=env)
         self.err = bytearray()
         self.lines: list[str] = []
         self.eof = False
@@ -160,6 +218,20 @@ class Peer:
                 f"  stdout (last lines): {self.lines[-8:]}\n  stderr: {self.stderr()[-3000:]}")
 
 
+class UpgradeFellBack(Exception):
+    """rdma: the set-up gave up on a vsocket peer (transport bug, see
+    RDMA_FALLBACK_BUG); run_pair tries a new connection."""
+
+
+# Seen in the Soft-RoCE guest on about 1 connection in 4: both ends run
+# vsocket with VSOCKET_TRANSPORTS=rdma, after the first round of 8 ping-pongs
+# one end (connector or accepter) is on the kernel with reason
+# peer-not-vsocket: the set-up took the vsocket peer for a plain one.
+RDMA_FALLBACK_BUG = ("rdma transport bug: the rdma set-up gave up on a vsocket peer "
+                     "(kernel, reason peer-not-vsocket after the first ping-pongs)")
+RDMA_FALLBACK_TRIES = 3
+
+
 class Session:
     """Drives one connection: start both ends, check the path, run the
     scenario, relay barriers, hand other events to a hook."""
@@ -167,7 +239,7 @@ class Session:
     def __init__(self, scenario: str, family: str, *, plain: str = "",
                  hook: Optional[Callable[["Session", str, dict], None]] = None,
                  timeout: float = 45.0, expect_rc: Optional[dict] = None,
-                 end_transport: Optional[str] = "shm"):
+                 end_transport: Optional[str] = TRANSPORT):
         self.scenario, self.family, self.plain = scenario, family, plain
         self.hook = hook
         self.q: queue.Queue = queue.Queue()
@@ -176,7 +248,7 @@ class Session:
         self.events: list[tuple[float, str, dict]] = []
         self.conn: dict[str, dict] = {}       # role -> "connected" event
         self.stat_at_go: dict[str, dict] = {}
-        self.deadline = time.monotonic() + timeout
+        self.deadline = time.monotonic() + T(timeout)
         self.expect_rc = {"a": 0, "b": 0, **(expect_rc or {})}
         self.syncs: dict[str, dict] = {}
         self.done_roles: set[str] = set()
@@ -199,8 +271,13 @@ class Session:
         self.peers[role].kill()
         self.done_roles.add(role)
 
+    def _start(self, role: str, *args):
+        self.peers[role] = Peer(role, self._cmd(role, *args), self.q, env=peer_env(role not in self.plain))
+
     def _cmd(self, role: str, *args) -> list[str]:
-        argv = [PYTHON, str(PEER), role, self.family, self.scenario, *map(str, args)]
+        # -S: peer.py needs the standard library only, and site's .pth
+        # files can cost seconds per start under emulation
+        argv = [PYTHON, "-S", str(PEER), role, self.family, self.scenario, *map(str, args)]
         return argv if role in self.plain else [str(VSOCKET), "run", "--", *argv]
 
     def _next(self) -> tuple[str, dict]:
@@ -234,10 +311,16 @@ class Session:
                     ok = False
                     if s.get("transport") == "shm":
                         self.fail(f"[{role}] on shm although the other end runs without vsocket: {s}")
-            elif s.get("transport") != "shm":
+            elif s.get("transport") != TRANSPORT:
                 ok = False
-                if s.get("transport") == "kernel" and s.get("reason") not in ("", None, "upgrade-pending", "upgrade-deferred"):
-                    self.fail(f"[{role}] fell back to the kernel between two vsocket processes: {s}")
+                # "upgrade-pending,stalled": past its due time, the set-up
+                # waits for the next call (the ping-pongs make them)
+                reason = (s.get("reason") or "").split(",")[0]
+                if s.get("transport") == "kernel" and reason not in ("", "upgrade-pending", "upgrade-deferred"):
+                    msg = f"[{role}] fell back to the kernel between two vsocket processes: {s}"
+                    if RDMA and s.get("reason") == "peer-not-vsocket" and not NO_XFAIL:
+                        raise UpgradeFellBack(msg)
+                    self.fail(msg)
         return ok
 
     def _check_end(self, role: str, ev: dict):
@@ -271,12 +354,12 @@ class Session:
                     pass
 
     def _run(self):
-        self.peers["a"] = Peer("a", self._cmd("a"), self.q)
+        self._start("a")
         role, ev = self._next()
         if ev.get("ev") != "listening":
             self.fail(f"expected 'listening' from a, got {ev}")
-        self.peers["b"] = Peer("b", self._cmd("b", ev["port"]), self.q)
-        tries, path_deadline = 0, time.monotonic() + 5
+        self._start("b", ev["port"])
+        tries, path_deadline = 0, time.monotonic() + T(5)
         eofs = set()
         while True:
             role, ev = self._next()
@@ -296,7 +379,7 @@ class Session:
                     continue
                 if time.monotonic() > path_deadline:
                     want = ("kernel / peer-not-vsocket on the vsocket end" if self.plain
-                            else "shm on both ends")
+                            else f"{TRANSPORT} on both ends")
                     self.fail(f"connection not on its path after {tries} rounds of ping-pongs "
                               f"(want {want}):\n" + json.dumps(self.stat_at_go, indent=1))
                 time.sleep(0.05)
@@ -354,7 +437,14 @@ class Session:
 def run_pair(scenario: str, family: str, **kw) -> Session:
     if BASELINE:
         kw.update(plain="ab", end_transport=None)
-    return Session(scenario, family, **kw).run()
+    for attempt in range(1, RDMA_FALLBACK_TRIES + 1):
+        try:
+            return Session(scenario, family, **kw).run()
+        except UpgradeFellBack as e:
+            if attempt == RDMA_FALLBACK_TRIES:
+                pytest.xfail(f"{RDMA_FALLBACK_BUG}, {attempt} connections in a row: {e}")
+            warnings.warn(f"{scenario} over IPv{family}: {RDMA_FALLBACK_BUG}; "
+                          f"connection {attempt} of {RDMA_FALLBACK_TRIES}: {e}")
 
 
 def need_results(sess: Session, roles: str = "ab") -> dict:
@@ -372,7 +462,7 @@ def need_results(sess: Session, roles: str = "ab") -> dict:
 def test_blocking_and_partial_reads(family):
     res = need_results(run_pair("io_blocking_partial", family))
     # the first recv really blocked until the peer sent, 0.3 s later
-    assert 0.2 <= res["a"]["blocked_s"] < 3, res["a"]
+    assert 0.2 <= res["a"]["blocked_s"] < T(3), res["a"]
     assert res["a"]["partial_sizes"] >= 90, res["a"]
 
 
@@ -385,13 +475,13 @@ def test_nonblocking(family):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_msg_peek(family):
     res = need_results(run_pair("io_peek", family))
-    assert 0.2 <= res["a"]["blocked_s"] < 3, res["a"]
+    assert 0.2 <= res["a"]["blocked_s"] < T(3), res["a"]
 
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_msg_dontwait(family):
     res = need_results(run_pair("io_dontwait", family))
-    assert 0.2 <= res["a"]["blocked_s"] < 3, res["a"]
+    assert 0.2 <= res["a"]["blocked_s"] < T(3), res["a"]
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -427,9 +517,10 @@ def test_close_one_of_two_fds(family):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
+@xfail_on("rdma", "send() after shutdown(SHUT_WR) succeeds instead of failing with EPIPE", strict=False)
 def test_shutdown_wr(family):
     res = need_results(run_pair("shutdown_wr", family))
-    assert 0.2 <= res["a"]["blocked_s"] < 3, res["a"]
+    assert 0.2 <= res["a"]["blocked_s"] < T(3), res["a"]
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -441,7 +532,7 @@ def test_close_with_data_in_flight(family):
             # answer once b closed and exited (its rings unmapped)
             def later():
                 try:
-                    sess.peers["b"].p.wait(timeout=20)
+                    sess.peers["b"].p.wait(timeout=T(20))
                 except subprocess.TimeoutExpired:
                     return
                 sess.answer("b-closed", "a")
@@ -474,8 +565,8 @@ def test_peer_killed_while_blocked_in_recv(family):
     assert sess.t_kill is not None
     after = res["t_back"] - sess.t_kill
     assert res["outcome"] in ("eof", "reset"), res
-    assert 0 <= after < 2.0, f"recv returned {after:.3f}s after the peer was killed: {res}"
-    assert res["send"] == "error" and res["send_s"] < 2.0, \
+    assert 0 <= after < T(2.0), f"recv returned {after:.3f}s after the peer was killed: {res}"
+    assert res["send"] == "error" and res["send_s"] < T(2.0), \
         f"sending to the dead peer: {res['send']} after {res['send_s']:.3f}s"
 
 
@@ -485,7 +576,7 @@ def test_peer_killed_while_in_epoll(family):
     res = need_results(sess, "a")["a"]
     after = res["t_back"] - sess.t_kill
     assert res["events"] and res["events"][0][1] & 0x1, res           # EPOLLIN
-    assert 0 <= after < 2.0, f"epoll woke {after:.3f}s after the peer was killed: {res}"
+    assert 0 <= after < T(2.0), f"epoll woke {after:.3f}s after the peer was killed: {res}"
     assert res["outcome"] in ("eof", "reset"), res
 
 
@@ -497,7 +588,7 @@ def test_peer_killed_while_blocked_in_send(family):
     after = res["t_back"] - sess.t_kill
     assert res["outcome"] in ("BrokenPipeError", "ConnectionResetError"), res
     assert res["sent"] < 64 << 20, f"sent {res['sent']} bytes although the peer read nothing"
-    assert 0 <= after < 2.0, f"sendall failed {after:.3f}s after the peer was killed: {res}"
+    assert 0 <= after < T(2.0), f"sendall failed {after:.3f}s after the peer was killed: {res}"
 
 
 # --------------------------------------------------------------------------
@@ -509,10 +600,10 @@ def test_timeouts(family):
     res = need_results(run_pair("timeouts", family))["a"]
     assert res["rcvtimeo_exc"] in ("BlockingIOError", "TimeoutError"), res
     assert res["rcvtimeo_errno"] in (11,), res                    # EAGAIN
-    assert 0.15 <= res["rcvtimeo_s"] < 1.0, res
-    assert 0.15 <= res["settimeout_s"] < 1.0, res
+    assert 0.15 <= res["rcvtimeo_s"] < T(1.0), res
+    assert 0.15 <= res["settimeout_s"] < T(1.0), res
     assert res["sndtimeo_exc"] in ("BlockingIOError", "TimeoutError"), res
-    assert 0.15 <= res["sndtimeo_s"] < 1.0, res
+    assert 0.15 <= res["sndtimeo_s"] < T(1.0), res
 
 
 # --------------------------------------------------------------------------
@@ -523,26 +614,46 @@ def test_timeouts(family):
 @pytest.mark.parametrize("api", ["select", "poll"])
 def test_select_and_poll(family, api):
     res = need_results(run_pair(f"ready_{api}", family))["a"]
-    assert 0.15 <= res["empty_s"] < 1.0, res                      # the timeout was honoured
-    assert 0.2 <= res["wake_s"] < 2.0, res                        # woke when the data came
+    assert 0.15 <= res["empty_s"] < T(1.0), res                      # the timeout was honoured
+    assert 0.2 <= res["wake_s"] < T(2.0), res                        # woke when the data came
+
+
+RDMA_EPOLL_BUGS = {
+    "del_fork": "after a fork (the connection leaves rdma: left-by-fork) and DEL, the parent's ADD "
+                "never reports EPOLLIN for 100 bytes the peer splices (kernel path)",
+    "cold": "an idle epoll_wait(1 s) on an rdma socket with nothing coming wakes 14 times "
+            "(the shm record goes cold and sleeps)",
+}
+# Scenarios that check how the shm transport does it, not what the kernel
+# does (VSOCKET_SHM_BASELINE=1 fails them too): not run on other transports.
+SHM_ONLY_EPOLL = {
+    "cold_et": "the EPOLLOUT edge when the peer reads 100 bytes of a far from full connection "
+               "is shm's (a cold record's wake-up); the kernel gives none (the baseline fails "
+               "the same way) and neither does rdma",
+}
 
 
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("case", ["lt", "et", "oneshot", "rdhup", "two_sets", "del_readd",
                                   "del_peerclose", "del_fork", "et_readd", "cold", "cold_et",
                                   "out_after_leave"])
-def test_epoll(family, case):
+def test_epoll(family, case, request):
+    if TRANSPORT != "shm" and case in SHM_ONLY_EPOLL:
+        pytest.skip(f"shm-only scenario: {SHM_ONLY_EPOLL[case]}")
+    bug = RDMA_EPOLL_BUGS.get(case)
+    if bug:
+        request.applymarker(xfail_on("rdma", bug, strict=False))
     # the *_splice peers take the connection back to TCP on purpose
-    end = "kernel" if case in ("del_fork", "et_readd", "out_after_leave") else "shm"
+    end = "kernel" if case in ("del_fork", "et_readd", "out_after_leave") else TRANSPORT
     need_results(run_pair(f"epoll_{case}", family, end_transport=end))
 
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_epoll_nested(family):
-    """An epoll fd holding a shm socket inside another epoll set, poll, select."""
+    """An epoll fd holding a shm/rdma socket inside another epoll set, poll, select."""
     res = need_results(run_pair("epoll_nested", family))["a"]
     for name in ("epoll", "poll", "select"):
-        assert 0.2 <= res[name] < 2.0, res
+        assert 0.2 <= res[name] < T(2.0), res
 
 
 
@@ -563,21 +674,21 @@ def test_kernel_fds_mixed_with_shm(family):
 def test_wakeup_by_another_thread(family):
     res = need_results(run_pair("thread_wakeup", family))["a"]
     for name, took in res.items():
-        assert 0.15 <= took < 2.0, res
+        assert 0.15 <= took < T(2.0), res
 
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_signal_interrupts_wait(family):
     res = need_results(run_pair("signal_interrupt", family))["a"]
     for name in ("epoll", "poll", "select", "recv", "sendall"):
-        assert 0.4 <= res[name] < 3.0, res
+        assert 0.4 <= res[name] < T(3.0), res
 
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_no_busy_wait(family):
     res = need_results(run_pair("no_busy_wait", family))["a"]
     for name, r in res.items():
-        assert r["cpu_s"] < 0.3, f"{name}: {r['cpu_s']:.3f} s of CPU while waiting {r['wall_s']:.2f} s: {res}"
+        assert r["cpu_s"] < CPU_IDLE_MAX, f"{name}: {r['cpu_s']:.3f} s of CPU while waiting {r['wall_s']:.2f} s: {res}"
 
 
 # --------------------------------------------------------------------------
@@ -587,6 +698,8 @@ def test_no_busy_wait(family):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
+@xfail_on("rdma", "the parent's socket, which left rdma at fork (left-by-fork) and was closed "
+          "at once, still shows transport rdma in vsocket stat", strict=False)
 def test_fork_child_serves(family):
     def hook(sess, role, ev):
         if ev["ev"] == "child":
@@ -599,10 +712,16 @@ def test_fork_child_serves(family):
         else:
             sess.fail(f"unexpected event {ev} from {role}")
 
-    sess = run_pair("fork_child_serves", family, hook=hook)
+    # rdma: registered memory and queue pairs do not follow into a child, so
+    # by design a fork takes the connection back to TCP in both processes
+    # (reason left-by-fork, src/transport/rdma/rdma.c): same stream, kernel path.
+    child_transport = "kernel" if RDMA else "shm"
+    sess = run_pair("fork_child_serves", family, hook=hook, end_transport=child_transport)
     res = need_results(sess)
     st = sess.info.get("child_stat")
-    assert BASELINE or (st and st.get("transport") == "shm"), f"the forked child's socket: {st}"
+    assert BASELINE or (st and st.get("transport") == child_transport), f"the forked child's socket: {st}"
+    if RDMA and not BASELINE:
+        assert st.get("reason") in ("left-by-fork", "rdma-after-fork"), f"the forked child's socket: {st}"
     closing = sess.info["child_closing"]
     assert closing["served"] == 2 << 20, closing
     assert res["b"]["t_eof"] >= closing["t"], "the client saw EOF before the child closed"

@@ -456,9 +456,15 @@ static void no_answer(struct vs_rdma_conn *c)
     fail(c, VS_REASON_PEER_NOT_VSOCKET);
 }
 
+/* rdma_cm's steps (address, route, connect) are answered by events read at
+ * the program's calls: a set-up takes more calls than shm's, so its
+ * deadlines are longer (stream.h has shm's). */
+#define VS_RDMA_ACCEPTER_NS 2000000000L
+#define VS_RDMA_CONNECTOR_NS 3000000000L
+
 static void start(struct vs_rdma_conn *c)
 {
-    vs_upgrade_start(&c->up, c->accepter ? VS_UPGRADE_ACCEPTER_NS : VS_UPGRADE_CONNECTOR_NS);
+    vs_upgrade_start(&c->up, c->accepter ? VS_RDMA_ACCEPTER_NS : VS_RDMA_CONNECTOR_NS);
     vs_debug("rdma: the set-up starts (%s)", c->accepter ? "accepter" : "connector");
     if (c->accepter)
         accepter_call(c);

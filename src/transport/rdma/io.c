@@ -424,7 +424,8 @@ static ssize_t rdma_send(struct vs_rdma_conn *c, int fd, const struct iovec *iov
     int i = 0;
     size_t in_iov = 0;
     while (total < want) {
-        if (atomic_load(&c->broken) || atomic_load(&c->peer_gone)) {
+        if (atomic_load(&c->broken) || atomic_load(&c->peer_gone) ||
+            atomic_load(&c->tx_shut_sent)) {
             if (total)
                 break;
             vs_raise_sigpipe(flags);
