@@ -11,6 +11,7 @@
 #include "core/clock.h"
 #include "interpose/real.h"
 #include "interpose/signals.h"
+#include "transport/stream.h"
 
 size_t vs_iov_total(const struct iovec *iov, size_t cnt)
 {
@@ -107,5 +108,16 @@ ssize_t vs_tcp_read(int fd, struct msghdr *msg, socklen_t namelen, size_t skip, 
     ssize_t n = vs_real.recvmsg(fd, &m, (flags & ~MSG_WAITALL) | MSG_DONTWAIT);
     msg->msg_flags = m.msg_flags;
     msg->msg_namelen = m.msg_namelen;
+    return n;
+}
+
+ssize_t vs_stream_tcp_recv(struct vs_stream *st, int fd, struct msghdr *msg, socklen_t namelen,
+                           size_t skip, uint64_t limit, int flags)
+{
+    ssize_t n = vs_tcp_read(fd, msg, namelen, skip, limit, flags);
+    if (n > 0 && !(flags & MSG_PEEK))
+        st->tcp_rx += (uint64_t)n;
+    if (n == 0)
+        atomic_store(&st->tcp_eof, true);
     return n;
 }

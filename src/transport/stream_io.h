@@ -50,4 +50,11 @@ int vs_tcp_peek(int fd);
 ssize_t vs_tcp_read(int fd, struct msghdr *msg, socklen_t namelen, size_t skip, uint64_t limit,
                     int flags);
 
+struct vs_stream;
+
+/* Receive side, TCP phase, one step (vs_tcp_read): the bytes read are
+ * counted in ST's tcp_rx unless MSG_PEEK, and the end of stream noted. */
+ssize_t vs_stream_tcp_recv(struct vs_stream *st, int fd, struct msghdr *msg, socklen_t namelen,
+                           size_t skip, uint64_t limit, int flags);
+
 #endif

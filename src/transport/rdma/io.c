@@ -247,13 +247,15 @@ ssize_t vs_rdma_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags
             }
             if (limit == 0)
                 continue; /* the switch point: the ring from now on */
-            ssize_t n = vs_tcp_read(fd, msg, namelen, total, limit, flags);
+            ssize_t n = vs_stream_tcp_recv(&c->st, fd, msg, namelen, total, limit, flags);
             if (n > 0) {
-                if (!peek) {
-                    if (vs_rdma_active(c) && !vs_rdma_done(c))
-                        vs_rdma_proof_rcvd(&c->proof, c->st.tcp_rx, msg->msg_iov,
-                                           (int)msg->msg_iovlen, (size_t)n);
-                    c->st.tcp_rx += (uint64_t)n;
+                if (!peek && vs_rdma_active(c) && !vs_rdma_done(c)) {
+                    /* The proof keeps the stream's first bytes: those just
+                     * read, after TOTAL bytes of the buffers. */
+                    struct iovec got[msg->msg_iovlen];
+                    int cnt =
+                        vs_iov_window(msg->msg_iov, (int)msg->msg_iovlen, total, (uint64_t)n, got);
+                    vs_rdma_proof_rcvd(&c->proof, c->st.tcp_rx - (uint64_t)n, got, cnt, (size_t)n);
                 }
                 total += (size_t)n;
                 if (total >= target)
@@ -264,8 +266,6 @@ ssize_t vs_rdma_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags
                 err = errno;
                 break;
             }
-            if (n == 0)
-                atomic_store(&c->st.tcp_eof, true);
             /* Empty or end of stream: the peer may have switched meanwhile. */
             bool knew = atomic_load(&c->st.rx_switch_known);
             vs_rdma_poll(c);

@@ -245,10 +245,25 @@ static bool spins(struct vs_sock *s)
     return vs_rdma_done(c) && (rx_on_rdma(c) || vs_stream_tx_on_transport(&c->st));
 }
 
+/* The set-up's last steps arrive on the queue pair: the connector waits
+ * for the accepter's PROOF, the accepter for the RING after which the
+ * connector may already send on RDMA. A program asleep in epoll must wake
+ * for them, as for data. */
+static bool setup_on_qp(struct vs_rdma_conn *c)
+{
+    int hs = atomic_load(&c->hs);
+    return c->channel && (hs == VS_RDMA_ACCEPT || hs == VS_RDMA_WAIT_RING);
+}
+
 static unsigned arm(struct vs_sock *s, unsigned interest)
 {
     struct vs_rdma_conn *c = s->conn;
     unsigned armed = 0;
+    if (setup_on_qp(c) && (interest & POLLIN)) {
+        vs_rdma_notify(c);
+        atomic_fetch_add(&c->sleepers, 1);
+        return POLLIN;
+    }
     if (!vs_rdma_done(c) || !c->channel)
         return 0;
     if ((interest & POLLIN) && rx_on_rdma(c))

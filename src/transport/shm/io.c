@@ -159,10 +159,8 @@ ssize_t vs_shm_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags)
             }
             if (limit == 0)
                 continue; /* the switch point: the ring from now on */
-            n = vs_tcp_read(fd, msg, namelen, total, limit, flags);
+            n = vs_stream_tcp_recv(&c->st, fd, msg, namelen, total, limit, flags);
             if (n > 0) {
-                if (!(flags & MSG_PEEK))
-                    c->st.tcp_rx += (uint64_t)n;
                 total += (size_t)n;
                 if (total >= target)
                     break;
@@ -172,8 +170,6 @@ ssize_t vs_shm_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags)
                 err = errno;
                 break;
             }
-            if (n == 0)
-                atomic_store(&c->st.tcp_eof, true);
             /* Empty or end of stream: the peer may have switched meanwhile. */
             bool knew = atomic_load(&c->st.rx_switch_known);
             vs_shm_progress(c, fd);
