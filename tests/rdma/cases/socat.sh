@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # socat, both ends under vsocket on RDMA (VSOCKET_TRANSPORTS=rdma): a 4 MiB
-# random file uploaded one way (client -> server, fed in 200 KiB pieces so
+# random file uploaded one way (client -> server, fed in 100 KiB pieces so
 # the transfer lasts a few seconds), then echoed through a socat echo server
 # (PIPE, no fork) and back. Checked as kernel TCP would give it: the file
 # the server wrote and the file that came back have the original's size and
@@ -11,7 +11,7 @@ source "$(dirname "$0")/../lib.sh"
 port_u=7207
 port_e=7208
 size=$((4 << 20))
-piece=204800
+piece=102400
 tmp=$(mktemp -d /tmp/case-socat.XXXXXX)
 pids=()
 cleanup() {
@@ -25,7 +25,7 @@ cleanup() {
   rm -rf "$tmp"
 }
 trap cleanup EXIT
-# paced FILE: FILE on stdout, 200 KiB at a time, 0.1 s apart
+# paced FILE: FILE on stdout, 100 KiB at a time, 0.1 s apart
 paced() {
   local i n=$(((size + piece - 1) / piece))
   for ((i = 0; i < n; i++)); do
