@@ -33,14 +33,17 @@ wait_port() {
 }
 
 expect_rdma_rows() {
-  local want=$1 limit=${2:-60} i n=0 out
-  for ((i = 0; i < limit * 10; i++)); do
+  # A deadline, not a number of tries: one `vsocket stat` takes 1-2 s in the
+  # emulated guest, so 200 tries were minutes.
+  local want=$1 n=0 out end=$((SECONDS + ${2:-60}))
+  while :; do
     out=$("$TOOL" stat 2>/dev/null || true)
     n=$(grep -c ' rdma ' <<<"$out" || true)
     [ "$n" -ge "$want" ] && { echo "$out"; return 0; }
+    [ "$SECONDS" -lt "$end" ] || break
     sleep 0.1
   done
-  echo "vsocket stat shows $n connections on rdma, expected at least $want:"
+  echo "vsocket stat shows $n connections on rdma, expected at least $want (20 s):"
   echo "$out"
   return 1
 }
