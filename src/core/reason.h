@@ -38,6 +38,9 @@
 /* The connection left RDMA because the process forked (registered memory
  * and queue pairs do not follow into the child). */
 #define VS_REASON_LEFT_BY_FORK "left-by-fork"
+/* The peer did not read for a while and a blocking send would have waited
+ * where the kernel buffers: the rest of the connection went on TCP. */
+#define VS_REASON_SPILLED "left-for-buffering"
 /* The queue pair failed, or the device went away: the connection ended. */
 #define VS_REASON_RDMA_ERROR "rdma-error"
 /* The program closed or replaced a descriptor the connection's side channel

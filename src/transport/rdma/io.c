@@ -18,6 +18,7 @@
 #include "config/config.h"
 #include "config/log.h"
 #include "core/clock.h"
+#include "core/reason.h"
 #include "interpose/real.h"
 #include "transport/rdma/conn.h"
 #include "transport/rdma/rdma.h"
@@ -228,6 +229,7 @@ ssize_t vs_rdma_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags
     size_t want = vs_iov_total(msg->msg_iov, msg->msg_iovlen);
     if (!vs_rdma_active(c) || want == 0 || (flags & MSG_OOB))
         return vs_real.recvmsg(fd, msg, flags);
+    vs_rdma_revert_if_asked(c, fd);
     bool nonblock = (flags & MSG_DONTWAIT) || vs_fd_nonblocking(fd);
     bool peek = (flags & MSG_PEEK) != 0;
     size_t target = (flags & MSG_WAITALL) && !peek ? want : 1;
@@ -379,6 +381,22 @@ int vs_rdma_finish_revert(struct vs_rdma_conn *c, int fd, uint64_t zpos, const v
     return 0;
 }
 
+/* The peer left RDMA: what it had not consumed goes on TCP at once, not at
+ * our next send (which may never come: a program done sending waits to
+ * read). Called from every call on the connection. */
+void vs_rdma_revert_if_asked(struct vs_rdma_conn *c, int fd)
+{
+    if (!atomic_load(&c->st.tx_revert_pending) || atomic_load(&c->st.tx_back_on_tcp) ||
+        pthread_mutex_trylock(&c->tx_lock) != 0)
+        return;
+    if (atomic_load(&c->st.tx_revert_pending) && !atomic_load(&c->st.tx_back_on_tcp)) {
+        if (atomic_load(&c->st.tx_switched))
+            vs_rdma_finish_revert(c, fd, 0, NULL, 0);
+        atomic_store(&c->st.tx_back_on_tcp, true);
+    }
+    pthread_mutex_unlock(&c->tx_lock);
+}
+
 /* Moves the send side to RDMA once the peer's ring is ours. (tx) */
 static void maybe_switch(struct vs_rdma_conn *c)
 {
@@ -415,9 +433,50 @@ static int ring_write(struct vs_rdma_conn *c, const char *buf, size_t len)
 
 /* Sends on RDMA what the peer's ring can take now, up to the whole of IOV
  * when blocking. Bytes sent, or -errno. (tx) */
+/* Waits until every send posted is acknowledged by the peer, at most
+ * FLUSH_NS: then the bytes are in its memory. (tx) */
+static void wait_placed(struct vs_rdma_conn *c)
+{
+    long until = vs_now_ns() + FLUSH_NS;
+    while (!atomic_load(&c->broken) && vs_now_ns() < until) {
+        if (vs_rdma_sends_done(c))
+            return;
+        vs_rdma_poll(c);
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* A blocking send that found the peer's ring full this long leaves RDMA
+ * for TCP: the peer is not reading, and the program may rely on the
+ * kernel's buffers (megabytes) where the ring holds VSOCKET_RDMA_RING. */
+#define VS_RDMA_SPILL_NS 200000000L
+
+/* Our side leaves RDMA (REVERT) from the send path. (tx held) */
+static bool spill(struct vs_rdma_conn *c)
+{
+    if (pthread_mutex_trylock(&c->rx_lock) != 0)
+        return false; /* a reader sleeps: try again at the next wake-up */
+    pthread_mutex_lock(&c->ctl_lock);
+    struct vs_rdma_msg m = {.type = VS_RDMA_MSG_REVERT, .a = c->rx_tail, .b = c->tx_head};
+    bool ok = vs_rdma_post_msg(c, &m) == 0;
+    if (ok) {
+        vs_info("rdma: the peer has not read for %ld ms: the rest of this connection goes on TCP",
+                VS_RDMA_SPILL_NS / 1000000);
+        wait_placed(c);
+        atomic_store(&c->st.tx_back_on_tcp, true);
+        atomic_store(&c->st.rx_back_on_tcp, true);
+        vs_rdma_conn_fail(c, VS_REASON_SPILLED);
+    }
+    pthread_mutex_unlock(&c->ctl_lock);
+    pthread_mutex_unlock(&c->rx_lock);
+    return ok;
+}
+
 static ssize_t rdma_send(struct vs_rdma_conn *c, int fd, const struct iovec *iov, int cnt,
                          int flags)
 {
+    long stalled_since = 0;
     bool nonblock = (flags & MSG_DONTWAIT) || vs_fd_nonblocking(fd);
     struct vs_blocking b = {.opt = SO_SNDTIMEO};
     size_t total = 0, want = vs_iov_total(iov, (size_t)cnt);
@@ -449,6 +508,10 @@ static ssize_t rdma_send(struct vs_rdma_conn *c, int fd, const struct iovec *iov
             vs_rdma_ask_credit(c);
             if (nonblock || total)
                 break;
+            if (!stalled_since)
+                stalled_since = vs_now_ns();
+            else if (vs_now_ns() - stalled_since > VS_RDMA_SPILL_NS && spill(c))
+                return -ESTALE; /* the rest goes on TCP */
             int rc = vs_rdma_wait(c, fd, 0, &b);
             int err = rc < 0 ? vs_wait_failed(rc, &b) : 0;
             if (err)
@@ -564,20 +627,6 @@ ssize_t vs_rdma_sendfile(struct vs_sock *s, int fd, int in_fd, off_t *offset, si
             break;
     }
     return (ssize_t)total;
-}
-
-/* Waits until every send posted is acknowledged by the peer, at most
- * FLUSH_NS: then the bytes are in its memory. (tx) */
-static void wait_placed(struct vs_rdma_conn *c)
-{
-    long until = vs_now_ns() + FLUSH_NS;
-    while (!atomic_load(&c->broken) && vs_now_ns() < until) {
-        if (vs_rdma_sends_done(c))
-            return;
-        vs_rdma_poll(c);
-        struct timespec ts = {0, 100000};
-        nanosleep(&ts, NULL);
-    }
 }
 
 /* Sends SHUT (our transport data ends at tx_head) once, signalled; WAIT:

@@ -215,6 +215,7 @@ static unsigned poll_now(struct vs_sock *s, int fd, unsigned interest, int tcp_r
     if (watch_fired)
         vs_rdma_channel_drain(c);
     vs_rdma_sync(s, fd);
+    vs_rdma_revert_if_asked(c, fd);
     if (tcp_revents == VS_TCP_UNKNOWN) {
         struct pollfd p = {.fd = fd, .events = (short)tcp_interest(s, interest)};
         tcp_revents = vs_real.poll(&p, 1, 0) > 0 ? p.revents : 0;

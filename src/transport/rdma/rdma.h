@@ -37,6 +37,8 @@ uint64_t vs_rdma_writable(struct vs_rdma_conn *c);
 /* The connection leaves RDMA (exec, fork, stdio): the peer reads what we
  * wrote and resends on TCP what we did not read (REVERT). */
 void vs_rdma_revert(struct vs_rdma_conn *c, int fd, const char *reason);
+/* The peer left RDMA: resend on TCP what it had not read, now. */
+void vs_rdma_revert_if_asked(struct vs_rdma_conn *c, int fd);
 /* The program's last reference went: SHUT, then the connection goes once
  * its writes are placed (bounded), its TCP socket with it. */
 void vs_rdma_close(struct vs_rdma_conn *c);

@@ -8,8 +8,8 @@
 # random binary value and reads it back byte-exact (sha256). `vsocket stat`
 # shows the benchmark's connections on rdma while it runs, and the
 # connections that carried the big value ended on rdma (server's side).
-# shellcheck source=SCRIPTDIR/../../lib.sh
-source "$(dirname "$0")/../../lib.sh"
+# shellcheck source=SCRIPTDIR/../lib.sh
+source "$(dirname "$0")/../lib.sh"
 port=7203
 n=4000
 tmp=$(mktemp -d /tmp/case-redis.XXXXXX)

@@ -8,8 +8,8 @@
 # server echoed exactly 2 MiB on that connection (its own count, printed at
 # EOF). `vsocket stat` shows the connections on rdma while they run, and
 # the servers' ends of them closed on rdma.
-# shellcheck source=SCRIPTDIR/../../lib.sh
-source "$(dirname "$0")/../../lib.sh"
+# shellcheck source=SCRIPTDIR/../lib.sh
+source "$(dirname "$0")/../lib.sh"
 port_a=7205
 port_t=7206
 total=$((2 << 20))

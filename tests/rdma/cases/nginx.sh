@@ -7,8 +7,8 @@
 # fetches the file with the original's sha256 and size. `vsocket stat`
 # shows wrk's connections on rdma while it runs, and curl's connection ended
 # on rdma (nginx's side).
-# shellcheck source=SCRIPTDIR/../../lib.sh
-source "$(dirname "$0")/../../lib.sh"
+# shellcheck source=SCRIPTDIR/../lib.sh
+source "$(dirname "$0")/../lib.sh"
 port=7204
 size=$((2 << 20))
 tmp=$(mktemp -d /tmp/case-nginx.XXXXXX)
