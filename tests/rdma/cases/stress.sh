@@ -8,7 +8,8 @@ source "$(dirname "$0")/../lib.sh"
 port=7101
 vs_run "$STRESS" server --port $port --bind "$IP" >/tmp/stress-srv.log 2>&1 &
 srv=$!
-trap 'kill $srv 2>/dev/null || true' EXIT
+# vs_run in the background is a subshell: stop its child too.
+trap 'pkill -P $srv 2>/dev/null; kill $srv 2>/dev/null || true' EXIT
 wait_port $port
 vs_run "$STRESS" client --host "$IP" --port $port --mode all --conns 4 --udp-flows 0 \
   --messages 100 --max-size 1M --seconds 150 >/tmp/stress-cli.log 2>&1 &
@@ -19,7 +20,7 @@ wait $cli || rc=$?
 grep -E '^stress:' /tmp/stress-cli.log
 [ "$rc" = 0 ] || { echo "vsocket-stress over RDMA failed (exit $rc)"; tail -20 /tmp/stress-cli.log; exit 1; }
 [ "$(grep -c 'result=PASS' /tmp/stress-cli.log)" = 5 ] || { echo "not 5 modes passed"; exit 1; }
-kill $srv; wait $srv 2>/dev/null || true
+pkill -P $srv 2>/dev/null; kill $srv 2>/dev/null; wait $srv 2>/dev/null || true
 
 # Peer killed: a fresh server, killed by the client 2 s into the transfer.
 port=7102
