@@ -16,7 +16,7 @@
 #    (it is destroyed in the same call that read the forged answer):
 #    "transport retry counter exceeded", the rest flushed;
 #  * the connector finds its address taken: rendezvous-unavailable;
-#  * 1 MiB echoed byte-exact (on TCP).
+#  * 2 x 1 MiB echoed byte-exact (on TCP).
 source "$(dirname "$0")/../lib.sh"
 W=$(mktemp -d /tmp/imp-squat.XXXXXX)
 pids=()
@@ -94,7 +94,7 @@ n=$(grep -c 'cannot listen on the connection.s address: Address already in use' 
 [ "$n" = 2 ] || fail "the connector logged $n EADDRINUSE, expected 2"
 step "stat checked, data"
 touch "$W/go"
-wait_grep '^PAIR-CLIENT ' "$W/cli.log" 60 || fail "no data result"
+wait_grep '^PAIR-DATA conn=1 ' "$W/cli.log" 60 || fail "no data result"
 grep '^PAIR-DATA ' "$W/cli.log"
 [ "$(grep -c '^PAIR-DATA conn=[01] .*result=OK' "$W/cli.log")" = 2 ] || fail "data not byte-exact"
 step "data done"
