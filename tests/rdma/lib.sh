@@ -56,3 +56,46 @@ expect_reason() {
   echo "$out"
   return 1
 }
+
+# ---- impostor cases (tests/rdma/cases/impostor-*.sh, tests/rdma/README.md)
+PAIR=$BUILD/bin/vs_pair
+IMP=$BUILD/bin/rdma_impostor
+
+# wait_file FILE [S]    until FILE exists (default 20 s)
+wait_file() {
+  local f=$1 limit=${2:-20} i
+  for ((i = 0; i < limit * 10; i++)); do [ -e "$f" ] && return 0; sleep 0.1; done
+  echo "no $f after ${limit}s"
+  return 1
+}
+
+# wait_grep PATTERN FILE [S]   until FILE has a line matching PATTERN (ERE)
+wait_grep() {
+  local pat=$1 f=$2 limit=${3:-20} i
+  for ((i = 0; i < limit * 10; i++)); do grep -qE -- "$pat" "$f" 2>/dev/null && return 0; sleep 0.1; done
+  echo "no /$pat/ in $f after ${limit}s"
+  return 1
+}
+
+# conn_row LOCAL PEER   "TRANSPORT REASON" of that connection in `vsocket stat --all`
+conn_row() {
+  "$TOOL" stat --all 2>/dev/null | awk -v l="$1" -v p="$2" '$5 == l && $6 == p { print $7, $12; exit }'
+}
+
+# wait_row LOCAL PEER REGEX [S]   until conn_row matches REGEX; prints the row
+wait_row() {
+  local l=$1 p=$2 re=$3 limit=${4:-20} i row=
+  for ((i = 0; i < limit * 10; i++)); do
+    row=$(conn_row "$l" "$p")
+    if [[ $row =~ $re ]]; then echo "$row"; return 0; fi
+    sleep 0.1
+  done
+  echo "connection $l -> $p: stat says '$row', expected /$re/"
+  "$TOOL" stat --all 2>/dev/null || true
+  return 1
+}
+
+# local_of_conn_to PORT   the local address of the (one) established connection to PORT
+local_of_conn_to() {
+  ss -tnH state established "( dport = :$1 )" | awk 'NR == 1 { print $3 }'
+}
