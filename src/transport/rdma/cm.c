@@ -312,21 +312,27 @@ static void done(struct vs_rdma_conn *c)
              c->rx.mr->rkey, c->credit.mem, c->credit.mr->rkey);
 }
 
+/* An impostor, or a caller that saw other bytes, or one that hung up or
+ * broke the queue pair before its proof: hang up and go on listening for
+ * the real peer, a few times. (ctl) */
+static void caller_refused(struct vs_rdma_conn *c, const char *reason)
+{
+    if (++c->bad_proofs >= VS_RDMA_MAX_BAD_PROOFS)
+        return fail(c, reason);
+    drop_link(c);
+    atomic_store(&c->setup_msg_in, false);
+    atomic_store(&c->broken, false);
+    atomic_store(&c->hs, VS_RDMA_LISTEN);
+}
+
 /* The accepter's proof and ring arrived. (ctl) */
 static void connector_proof(struct vs_rdma_conn *c, const struct vs_rdma_msg *m)
 {
     uint8_t want[VS_SHA256_LEN];
     vs_rdma_proof_mac(&c->proof, false, true, connector_addr(c), accepter_addr(c), want);
     if (m->type != VS_RDMA_MSG_PROOF || !vs_equal_ct(want, m->mac, sizeof(want))) {
-        /* An impostor, or a caller that saw other bytes: hang up and go on
-         * listening for the real peer, a few times. */
         vs_info("rdma: the caller cannot prove it holds the peer socket: refused");
-        if (++c->bad_proofs >= VS_RDMA_MAX_BAD_PROOFS)
-            return fail(c, VS_REASON_PEER_PROOF_FAILED);
-        drop_link(c);
-        atomic_store(&c->setup_msg_in, false);
-        atomic_store(&c->hs, VS_RDMA_LISTEN);
-        return;
+        return caller_refused(c, VS_REASON_PEER_PROOF_FAILED);
     }
     if (vs_rdma_expose(c) < 0 || attach_peer(c, m) < 0)
         return fail(c, VS_REASON_NO_RESOURCES);
@@ -370,7 +376,7 @@ void vs_rdma_on_cm_event(struct vs_rdma_conn *c, const struct vs_rdma_event *e)
         if (mine && (hs == VS_RDMA_RESOLVE || hs == VS_RDMA_CONNECT))
             retry_later(c);
         else if (mine && hs == VS_RDMA_ACCEPT)
-            fail(c, VS_REASON_DECLINED_BY_PEER);
+            caller_refused(c, VS_REASON_DECLINED_BY_PEER);
         break;
     case RDMA_CM_EVENT_REJECTED:
         if (mine && hs == VS_RDMA_CONNECT)
@@ -387,6 +393,8 @@ void vs_rdma_on_cm_event(struct vs_rdma_conn *c, const struct vs_rdma_event *e)
                 atomic_store(&c->peer_gone, true);
                 if (e->type == RDMA_CM_EVENT_DEVICE_REMOVAL)
                     atomic_store(&c->broken, true);
+            } else if (hs == VS_RDMA_ACCEPT) {
+                caller_refused(c, VS_REASON_DECLINED_BY_PEER);
             } else if (hs != VS_RDMA_FAILED) {
                 fail(c, VS_REASON_DECLINED_BY_PEER);
             }
