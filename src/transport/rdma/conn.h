@@ -134,6 +134,9 @@ struct vs_rdma_conn {
      * program's close must not send the FIN before the bytes it wrote are
      * placed in the peer's memory (conn.c: closing). */
     int hold_fd;
+    /* The socket's statistics record while the socket lives (rdma.c):
+     * process events (fork, exec) that move the connection say so there. */
+    struct vs_stats_record *stat;
     bool closing; /* released, waiting for its writes (list lock) */
     long close_deadline_ns;
 

@@ -75,6 +75,7 @@ static void offer(struct vs_sock *s, int fd, bool accepter, const struct sockadd
     }
     s->ops = &vs_rdma_ops;
     s->conn = c;
+    c->stat = s->stat;
     s->conn_shown = -1;
     vs_stats_set_reason(s->stat, VS_REASON_DEFERRED);
 }
@@ -361,6 +362,7 @@ static void release(struct vs_sock *s)
 {
     struct vs_rdma_conn *c = s->conn;
     s->conn = NULL;
+    c->stat = NULL; /* goes with the socket; the connection may linger */
     if (vs_rdma_done(c))
         vs_rdma_close(c);
     else
@@ -370,10 +372,16 @@ static void release(struct vs_sock *s)
 
 static void leave_one(struct vs_rdma_conn *c, void *arg)
 {
+    if (!vs_rdma_active(c))
+        return;
     if (vs_rdma_done(c))
         vs_rdma_revert(c, -1, arg);
-    else if (vs_rdma_active(c))
+    else
         vs_rdma_conn_fail(c, arg);
+    /* Said at once: the process may never call on the socket again (a
+     * parent that closes its copy after fork). */
+    if (c->stat && !c->closing)
+        vs_stats_set_transport(c->stat, VS_TRANSPORT_KERNEL, arg);
 }
 
 static void leave_all(const char *reason)
