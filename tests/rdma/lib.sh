@@ -8,6 +8,10 @@
 # wait_port PORT [S]    until something listens on IP:PORT (default 20 s)
 # expect_rdma_rows N [S] `vsocket stat` shows at least N connections on rdma
 #                       (retries for S seconds, default 60); prints the table
+# case_setup NAME       a scratch folder $tmp, a list $pids of background
+#                       `vs_run ... &` subshells, and an EXIT trap that ends
+#                       them (and their programs), shows the logs in $tmp on
+#                       failure and removes $tmp
 # expect_reason R       `vsocket stat --all` shows a connection with reason R
 set -euo pipefail
 
@@ -98,4 +102,24 @@ wait_row() {
 # local_of_conn_to PORT   the local address of the (one) established connection to PORT
 local_of_conn_to() {
   ss -tnH state established "( dport = :$1 )" | awk 'NR == 1 { print $3 }'
+}
+
+case_setup() {
+  tmp=$(mktemp -d "/tmp/case-$1.XXXXXX")
+  pids=()
+  trap case_cleanup EXIT
+}
+
+case_cleanup() {
+  local rc=$? p f
+  # "vs_run CMD &" is a subshell running CMD: end CMD, then the subshell.
+  for p in "${pids[@]}"; do pkill -P "$p" 2>/dev/null || true; kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  if [ "$rc" != 0 ]; then
+    for f in "$tmp"/*; do
+      # text files only (a case keeps its random payloads there too)
+      [ -f "$f" ] && grep -Iq . "$f" && { echo "--- $(basename "$f") (tail)"; tail -n 20 "$f"; }
+    done
+  fi
+  rm -rf "$tmp"
 }

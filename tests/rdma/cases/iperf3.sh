@@ -10,19 +10,7 @@
 # shellcheck source=SCRIPTDIR/../lib.sh
 source "$(dirname "$0")/../lib.sh"
 port=7201
-tmp=$(mktemp -d /tmp/case-iperf3.XXXXXX)
-pids=()
-cleanup() {
-  local rc=$? p f
-  # "vs_run CMD &" is a subshell running CMD: end CMD, then the subshell.
-  for p in "${pids[@]}"; do pkill -P "$p" 2>/dev/null || true; kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  if [ "$rc" != 0 ]; then
-    for f in "$tmp"/*; do [ -s "$f" ] && { echo "--- $(basename "$f") (tail)"; tail -n 20 "$f"; }; done
-  fi
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
+case_setup iperf3
 
 # jnum FILE FILTER: a number from iperf3's JSON
 jnum() { jq -r "$2 // 0 | floor" "$1"; }

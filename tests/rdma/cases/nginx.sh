@@ -11,19 +11,7 @@
 source "$(dirname "$0")/../lib.sh"
 port=7204
 size=$((2 << 20))
-tmp=$(mktemp -d /tmp/case-nginx.XXXXXX)
-pids=()
-cleanup() {
-  local rc=$? p f
-  # "vs_run CMD &" is a subshell running CMD: end CMD, then the subshell.
-  for p in "${pids[@]}"; do pkill -P "$p" 2>/dev/null || true; kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  if [ "$rc" != 0 ]; then
-    for f in "$tmp"/*.log; do [ -s "$f" ] && { echo "--- $(basename "$f") (tail)"; tail -n 20 "$f"; }; done
-  fi
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
+case_setup nginx
 
 chmod 755 "$tmp"
 mkdir -p "$tmp/www"

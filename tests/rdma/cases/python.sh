@@ -14,19 +14,7 @@ port_a=7205
 port_t=7206
 total=$((2 << 20))
 py=/usr/bin/python3
-tmp=$(mktemp -d /tmp/case-python.XXXXXX)
-pids=()
-cleanup() {
-  local rc=$? p f
-  # "vs_run CMD &" is a subshell running CMD: end CMD, then the subshell.
-  for p in "${pids[@]}"; do pkill -P "$p" 2>/dev/null || true; kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  if [ "$rc" != 0 ]; then
-    for f in "$tmp"/*.log; do [ -s "$f" ] && { echo "--- $(basename "$f") (tail)"; tail -n 20 "$f"; }; done
-  fi
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
+case_setup python
 
 cat >"$tmp/aserver.py" <<'PY'
 import asyncio, sys

@@ -12,19 +12,7 @@
 source "$(dirname "$0")/../lib.sh"
 port=7203
 n=4000
-tmp=$(mktemp -d /tmp/case-redis.XXXXXX)
-pids=()
-cleanup() {
-  local rc=$? p f
-  # "vs_run CMD &" is a subshell running CMD: end CMD, then the subshell.
-  for p in "${pids[@]}"; do pkill -P "$p" 2>/dev/null || true; kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  if [ "$rc" != 0 ]; then
-    for f in "$tmp"/*.log; do [ -s "$f" ] && { echo "--- $(basename "$f") (tail)"; tail -n 20 "$f"; }; done
-  fi
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
+case_setup redis
 cli() { vs_run redis-cli -h "$IP" -p $port "$@"; }
 
 vs_run redis-server --port $port --bind "$IP" --save '' --appendonly no --daemonize no --protected-mode no \

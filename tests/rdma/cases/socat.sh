@@ -12,19 +12,7 @@ port_u=7207
 port_e=7208
 size=$((4 << 20))
 piece=102400
-tmp=$(mktemp -d /tmp/case-socat.XXXXXX)
-pids=()
-cleanup() {
-  local rc=$? p f
-  # "vs_run CMD &" is a subshell running CMD: end CMD, then the subshell.
-  for p in "${pids[@]}"; do pkill -P "$p" 2>/dev/null || true; kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  if [ "$rc" != 0 ]; then
-    for f in "$tmp"/*.log; do [ -s "$f" ] && { echo "--- $(basename "$f") (tail)"; tail -n 20 "$f"; }; done
-  fi
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
+case_setup socat
 # paced FILE: FILE on stdout, 100 KiB at a time, 0.1 s apart
 paced() {
   local i n=$(((size + piece - 1) / piece))

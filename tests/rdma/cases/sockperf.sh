@@ -11,19 +11,7 @@
 source "$(dirname "$0")/../lib.sh"
 port=7202
 size=64
-tmp=$(mktemp -d /tmp/case-sockperf.XXXXXX)
-pids=()
-cleanup() {
-  local rc=$? p f
-  # "vs_run CMD &" is a subshell running CMD: end CMD, then the subshell.
-  for p in "${pids[@]}"; do pkill -P "$p" 2>/dev/null || true; kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  if [ "$rc" != 0 ]; then
-    for f in "$tmp"/*; do [ -s "$f" ] && { echo "--- $(basename "$f") (tail)"; tail -n 20 "$f"; }; done
-  fi
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
+case_setup sockperf
 
 vs_run sockperf server --tcp -i "$IP" -p $port >"$tmp/srv.log" 2>&1 &
 srv=$!

@@ -11,19 +11,7 @@
 # shellcheck source=SCRIPTDIR/../../lib.sh
 source "$(dirname "$0")/../../lib.sh"
 port=7209
-tmp=$(mktemp -d /tmp/case-mixed.XXXXXX)
-pids=()
-cleanup() {
-  local rc=$? p f
-  # "vs_run CMD &" is a subshell running CMD: end CMD, then the subshell.
-  for p in "${pids[@]}"; do pkill -P "$p" 2>/dev/null || true; kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  if [ "$rc" != 0 ]; then
-    for f in "$tmp"/*.log; do [ -s "$f" ] && { echo "--- $(basename "$f") (tail)"; tail -n 20 "$f"; }; done
-  fi
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
+case_setup mixed
 stress_args=(--mode blocking --conns 2 --udp-flows 0 --messages 300 --max-size 256K --seconds 60)
 
 # reasons: "transport reason" of the vsocket side's TCP connections to/from
