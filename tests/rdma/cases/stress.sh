@@ -22,14 +22,14 @@ grep -E '^stress:' /tmp/stress-cli.log
 [ "$(grep -c 'result=PASS' /tmp/stress-cli.log)" = 5 ] || { echo "not 5 modes passed"; exit 1; }
 pkill -P $srv 2>/dev/null; kill $srv 2>/dev/null; wait $srv 2>/dev/null || true
 
-# Peer killed: a fresh server, killed by the client 2 s into the transfer.
+# Peer killed: a fresh server, killed by the client 0.5 s into the transfer.
 port=7102
 vs_run "$STRESS" server --port $port --bind "$IP" --once >/tmp/stress-srv2.log 2>&1 &
 srv=$!
 wait_port $port
 rc=0
 vs_run "$STRESS" client --host "$IP" --port $port --mode blocking --conns 2 --udp-flows 0 \
-  --messages 400 --max-size 256K --kill-peer-after 2000 --seconds 60 >/tmp/stress-kill.log 2>&1 || rc=$?
+  --messages 2000 --max-size 256K --kill-peer-after 500 --seconds 90 >/tmp/stress-kill.log 2>&1 || rc=$?
 tail -5 /tmp/stress-kill.log
 [ "$rc" = 0 ] && grep -q 'peer=killed' /tmp/stress-kill.log ||
   { echo "peer-killed run failed (exit $rc)"; tail -20 /tmp/stress-kill.log; exit 1; }
