@@ -517,7 +517,6 @@ def test_close_one_of_two_fds(family):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-@xfail_on("rdma", "send() after shutdown(SHUT_WR) succeeds instead of failing with EPIPE", strict=False)
 def test_shutdown_wr(family):
     res = need_results(run_pair("shutdown_wr", family))
     assert 0.2 <= res["a"]["blocked_s"] < T(3), res["a"]
@@ -698,8 +697,6 @@ def test_no_busy_wait(family):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-@xfail_on("rdma", "the parent's socket, which left rdma at fork (left-by-fork) and was closed "
-          "at once, still shows transport rdma in vsocket stat", strict=False)
 def test_fork_child_serves(family):
     def hook(sess, role, ev):
         if ev["ev"] == "child":
