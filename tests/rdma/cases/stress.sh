@@ -9,7 +9,7 @@ port=7101
 vs_run "$STRESS" server --port $port --bind "$IP" >/tmp/stress-srv.log 2>&1 &
 srv=$!
 # vs_run in the background is a subshell: stop its child too.
-trap 'pkill -P $srv 2>/dev/null; kill $srv 2>/dev/null || true' EXIT
+trap 'pkill -P $srv 2>/dev/null || true; kill $srv 2>/dev/null || true' EXIT
 wait_port $port
 vs_run "$STRESS" client --host "$IP" --port $port --mode all --conns 4 --udp-flows 0 \
   --messages 100 --max-size 1M --seconds 150 >/tmp/stress-cli.log 2>&1 &
@@ -35,3 +35,4 @@ tail -5 /tmp/stress-kill.log
   { echo "peer-killed run failed (exit $rc)"; tail -20 /tmp/stress-kill.log; exit 1; }
 grep -q 'upgraded to rdma' /tmp/stress-kill.log 2>/dev/null || true
 echo "stress over rdma: 5 modes PASS, peer killed PASS"
+exit 0
