@@ -67,6 +67,16 @@ void vs_rdma_ask_credit(struct vs_rdma_conn *c)
         atomic_store(&c->credit_asked, false);
 }
 
+/* Whether this call may not block: MSG_DONTWAIT, else the descriptor's
+ * O_NONBLOCK, asked of the kernel only when the answer matters (*CACHE: -1
+ * unknown yet), not on every call. */
+static bool nonblocking(int *cache, int flags, int fd)
+{
+    if (*cache < 0)
+        *cache = (flags & MSG_DONTWAIT) || vs_fd_nonblocking(fd);
+    return *cache;
+}
+
 /* ------------------------------------------------------------------ waits */
 
 /* Whether the CQ brought news since the marks in ARG2 (busy-polling). */
@@ -230,7 +240,7 @@ ssize_t vs_rdma_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags
     if (!vs_rdma_active(c) || want == 0 || (flags & MSG_OOB))
         return vs_real.recvmsg(fd, msg, flags);
     vs_rdma_revert_if_asked(c, fd);
-    bool nonblock = (flags & MSG_DONTWAIT) || vs_fd_nonblocking(fd);
+    int nonblock = -1;
     bool peek = (flags & MSG_PEEK) != 0;
     size_t target = (flags & MSG_WAITALL) && !peek ? want : 1;
     struct vs_blocking b = {.opt = SO_RCVTIMEO};
@@ -301,7 +311,7 @@ ssize_t vs_rdma_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags
         }
         if (total > 0 && total >= target)
             break;
-        if (nonblock) {
+        if (nonblocking(&nonblock, flags, fd)) {
             err = total ? 0 : EAGAIN;
             break;
         }
@@ -477,7 +487,7 @@ static ssize_t rdma_send(struct vs_rdma_conn *c, int fd, const struct iovec *iov
                          int flags)
 {
     long stalled_since = 0;
-    bool nonblock = (flags & MSG_DONTWAIT) || vs_fd_nonblocking(fd);
+    int nonblock = -1;
     struct vs_blocking b = {.opt = SO_SNDTIMEO};
     size_t total = 0, want = vs_iov_total(iov, (size_t)cnt);
     int i = 0;
@@ -493,7 +503,8 @@ static ssize_t rdma_send(struct vs_rdma_conn *c, int fd, const struct iovec *iov
         if (atomic_load(&c->st.tx_revert_pending))
             return total ? (ssize_t)total : -ESTALE;
         vs_rdma_poll(c);
-        if (!nonblock && in_iov == 0) {
+        if (in_iov == 0 && iov[i].iov_len >= vs_config.rdma_zcopy && vs_config.rdma_zcopy &&
+            !nonblocking(&nonblock, flags, fd)) {
             ssize_t z = vs_rdma_zcopy_send(c, fd, iov[i].iov_base, iov[i].iov_len, flags);
             if (z < 0)
                 return total ? (ssize_t)total : z;
@@ -506,7 +517,7 @@ static ssize_t rdma_send(struct vs_rdma_conn *c, int fd, const struct iovec *iov
         uint64_t room = vs_rdma_writable(c);
         if (room == 0) {
             vs_rdma_ask_credit(c);
-            if (nonblock || total)
+            if (total || nonblocking(&nonblock, flags, fd))
                 break;
             if (!stalled_since)
                 stalled_since = vs_now_ns();
@@ -524,7 +535,7 @@ static ssize_t rdma_send(struct vs_rdma_conn *c, int fd, const struct iovec *iov
         int rc = ring_write(c, (const char *)iov[i].iov_base + in_iov, run);
         if (rc == -EAGAIN) {
             /* The send queue is full: its completions free it. */
-            if (nonblock || total)
+            if (total || nonblocking(&nonblock, flags, fd))
                 break;
             int w = vs_rdma_wait(c, fd, 0, &b);
             int err = w < 0 ? vs_wait_failed(w, &b) : 0;
