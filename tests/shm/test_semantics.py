@@ -239,7 +239,7 @@ class Session:
     def __init__(self, scenario: str, family: str, *, plain: str = "",
                  hook: Optional[Callable[["Session", str, dict], None]] = None,
                  timeout: float = 45.0, expect_rc: Optional[dict] = None,
-                 end_transport: Optional[str] = TRANSPORT):
+                 end_transport: Optional[str] = TRANSPORT, may_spill: bool = False):
         self.scenario, self.family, self.plain = scenario, family, plain
         self.hook = hook
         self.q: queue.Queue = queue.Queue()
@@ -255,6 +255,9 @@ class Session:
         self.t_kill: Optional[float] = None
         self.info: dict = {}
         self.end_transport = end_transport
+        # the scenario writes more than a ring while the reader pauses: an
+        # rdma connection may leave for the kernel's buffers (by design)
+        self.may_spill = may_spill and RDMA
         self.stat_at_end: dict[str, dict] = {}
 
     # -- helpers for hooks
@@ -335,7 +338,9 @@ class Session:
             return
         if s is None:
             self.fail(f"[{role}] fd {fd} not in vsocket stat after the scenario:\n{json.dumps(doc)}")
-        if s.get("transport") != self.end_transport:
+        spilled = self.may_spill and s.get("transport") == "kernel" and \
+            s.get("reason") in SPILL_REASONS
+        if s.get("transport") != self.end_transport and not spilled:
             self.fail(f"[{role}] after the scenario the connection is on {s.get('transport')!r} "
                       f"(reason {s.get('reason')!r}), expected {self.end_transport!r}: {s}")
         if s.get("tx_bytes", 0) + s.get("rx_bytes", 0) <= 0:
@@ -432,6 +437,11 @@ class Session:
     def answer_all(self, line: str):
         for p in self.peers.values():
             p.send(line)
+
+
+# A writer stalled on a full ring leaves RDMA (its end) and so does its
+# peer (the reader's end): what the kernel would have buffered goes on TCP.
+SPILL_REASONS = ("left-for-buffering", "peer-left-rings")
 
 
 def run_pair(scenario: str, family: str, **kw) -> Session:
@@ -537,7 +547,7 @@ def test_close_with_data_in_flight(family):
                 sess.answer("b-closed", "a")
             threading.Thread(target=later, daemon=True).start()
 
-    sess = run_pair("close_in_flight", family, hook=hook)
+    sess = run_pair("close_in_flight", family, hook=hook, may_spill=True)
     res = need_results(sess)
     assert res["a"]["received"] == 8 << 20
     assert "b_closed" in sess.info
@@ -581,7 +591,8 @@ def test_peer_killed_while_in_epoll(family):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_peer_killed_while_blocked_in_send(family):
-    sess = run_pair("kill_in_send", family, hook=_kill_hook(0.5), expect_rc={"b": -9})
+    sess = run_pair("kill_in_send", family, hook=_kill_hook(0.5), expect_rc={"b": -9},
+                    may_spill=True)
     res = need_results(sess, "a")["a"]
     assert sess.t_kill is not None
     after = res["t_back"] - sess.t_kill
@@ -678,7 +689,7 @@ def test_wakeup_by_another_thread(family):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_signal_interrupts_wait(family):
-    res = need_results(run_pair("signal_interrupt", family))["a"]
+    res = need_results(run_pair("signal_interrupt", family, may_spill=True))["a"]
     for name in ("epoll", "poll", "select", "recv", "sendall"):
         assert 0.4 <= res[name] < T(3.0), res
 

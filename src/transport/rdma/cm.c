@@ -240,8 +240,10 @@ static void reject(struct rdma_cm_id *id, uint16_t code)
 static void connector_request(struct vs_rdma_conn *c, const struct vs_rdma_event *e)
 {
     struct vs_rdma_req req;
-    if (atomic_load(&c->hs) != VS_RDMA_LISTEN)
+    if (atomic_load(&c->hs) != VS_RDMA_LISTEN) {
+        vs_debug("rdma: a call while a caller is being checked: refused (busy)");
         return reject(e->id, VS_RDMA_REJECT_BUSY);
+    }
     /* Only our TCP peer's host may call: a third host would need to forge
      * its address on the fabric (docs/design/rdma-transport.md). */
     if (!same_ip(rdma_get_peer_addr(e->id), &c->peer)) {
@@ -251,8 +253,10 @@ static void connector_request(struct vs_rdma_conn *c, const struct vs_rdma_event
     if (e->pdata_len < sizeof(req))
         return reject(e->id, VS_RDMA_REJECT_DECLINE);
     memcpy(&req, e->pdata, sizeof(req));
-    if (req.magic != VS_RDMA_MAGIC || req.version != VS_RDMA_VERSION)
+    if (req.magic != VS_RDMA_MAGIC || req.version != VS_RDMA_VERSION) {
+        vs_debug("rdma: a call of another protocol or version: refused");
         return reject(e->id, VS_RDMA_REJECT_DECLINE);
+    }
     struct vs_rdma_proof *p = &c->proof;
     p->nonce_a = req.nonce;
     p->a_tx = req.tx;
@@ -429,7 +433,12 @@ void vs_rdma_on_msg(struct vs_rdma_conn *c, const struct vs_rdma_msg *m)
         }
         break;
     case VS_RDMA_MSG_REVERT:
+        vs_debug("rdma: the peer left rdma: its data ends at %lu, it read %lu of ours",
+                 (unsigned long)m->b, (unsigned long)m->a);
         vs_stream_peer_reverted(&c->st, m->a, m->b);
+        break;
+    case VS_RDMA_MSG_CUT:
+        vs_rdma_cut_in(c, m);
         break;
     case VS_RDMA_MSG_CREDIT_REQ:
         /* A: the credit the peer had seen. Announce the wait first, then
@@ -530,5 +539,6 @@ int vs_rdma_event_fd(struct vs_rdma_conn *c)
 void vs_rdma_on_credit(struct vs_rdma_conn *c)
 {
     atomic_store(&c->credit_asked, false);
+    atomic_store(&c->asks_unanswered, 0);
     vs_rdma_bump(c);
 }

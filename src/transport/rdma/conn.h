@@ -102,6 +102,8 @@ struct vs_rdma_conn {
     unsigned read_first, reads_in_flight;
     _Atomic bool peer_reading;  /* the peer sleeps in a large read (RX_WAIT) */
     _Atomic bool rx_wait_said;  /* we sent RX_WAIT and no offer came since */
+    _Atomic bool rx_cut;        /* the peer's CUT arrived: st.rx_revert_at is its b */
+    uint64_t rx_skip;           /* TCP bytes to drop: read on the ring past the CUT (rx) */
     _Atomic bool rx_shut_known; /* the peer's SHUT arrived */
     uint64_t rx_shut_at;        /* stream end of the peer's transport data */
 
@@ -116,9 +118,13 @@ struct vs_rdma_conn {
     uint32_t peer_credit_rkey;
     _Atomic bool credit_asked; /* we asked for credit and none came since */
     long credit_asked_ns;      /* when */
-    unsigned sq_posted;        /* send work requests posted (qp_lock) */
-    unsigned sq_done;          /* ... of which completed, as signalled (qp_lock) */
-    unsigned since_signal;     /* unsignalled sends since the last signalled one (qp_lock) */
+    /* CREDIT_REQs since the credit last moved: each takes a receive
+     * buffer of a peer that may not poll for a long time. */
+    _Atomic unsigned asks_unanswered;
+    uint64_t asked_at_tail; /* the credit when we last asked (tx) */
+    unsigned sq_posted;     /* send work requests posted (qp_lock) */
+    unsigned sq_done;       /* ... of which completed, as signalled (qp_lock) */
+    unsigned since_signal;  /* unsignalled sends since the last signalled one (qp_lock) */
     _Atomic bool tx_shut_sent;
     _Atomic bool broken;    /* a completion error: the QP is unusable */
     _Atomic bool peer_gone; /* rdma_cm said the peer disconnected */
@@ -199,6 +205,15 @@ int vs_rdma_wait(struct vs_rdma_conn *c, int fd, short tcp_events, struct vs_blo
  * copy. (tx) */
 int vs_rdma_finish_revert(struct vs_rdma_conn *c, int fd, uint64_t zpos, const void *zbuf,
                           size_t zlen);
+/* io.c: a blocking send waiting for the peer: whether it waited long
+ * enough (*SINCE: 0 at first) to leave RDMA for the kernel's buffers. */
+bool vs_rdma_stalled(long *since);
+/* ... and leaves (tx held): REVERT, or with an offer out (ZBUF: ZLEN bytes
+ * at stream position ZPOS) CUT and resend on TCP what the peer did not
+ * credit. 1 left (the rest goes on TCP), 0 not now, -errno. */
+int vs_rdma_spill(struct vs_rdma_conn *c, int fd, uint64_t zpos, const void *zbuf, size_t zlen);
+/* cm.c / zcopy.c: the peer's CUT arrived (qp_lock). */
+void vs_rdma_cut_in(struct vs_rdma_conn *c, const struct vs_rdma_msg *m);
 /* The credit word: how far the peer has consumed our data. */
 uint64_t vs_rdma_peer_tail(struct vs_rdma_conn *c);
 

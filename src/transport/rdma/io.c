@@ -53,18 +53,31 @@ uint64_t vs_rdma_writable(struct vs_rdma_conn *c)
 
 /* A sender that waits for space asks once; if no answer came in
  * ASK_AGAIN_NS (an answer lost to a full send queue at the peer, say) it
- * asks again, so a lost wake-up costs a delay, never a hang. */
+ * asks again, later each time, at most ASKS_MAX times until the credit
+ * moves: a peer that does not read (nor poll its completions) for minutes
+ * must not run out of receive buffers, whose lack would break the queue
+ * pair (the peer answers its next read anyway: peer_waits). */
 #define ASK_AGAIN_NS 20000000L
+#define ASKS_MAX 4
 
 void vs_rdma_ask_credit(struct vs_rdma_conn *c)
 {
     long now = vs_now_ns();
-    if (atomic_exchange(&c->credit_asked, true) && now - c->credit_asked_ns < ASK_AGAIN_NS)
+    uint64_t tail = vs_rdma_peer_tail(c);
+    if (tail != c->asked_at_tail) {
+        c->asked_at_tail = tail;
+        atomic_store(&c->asks_unanswered, 0);
+    }
+    unsigned asks = atomic_load(&c->asks_unanswered);
+    if (atomic_exchange(&c->credit_asked, true) &&
+        (asks >= ASKS_MAX || now - c->credit_asked_ns < ASK_AGAIN_NS << asks))
         return;
     c->credit_asked_ns = now;
-    struct vs_rdma_msg m = {.type = VS_RDMA_MSG_CREDIT_REQ, .a = vs_rdma_peer_tail(c)};
+    struct vs_rdma_msg m = {.type = VS_RDMA_MSG_CREDIT_REQ, .a = tail};
     if (vs_rdma_post_msg(c, &m) < 0)
         atomic_store(&c->credit_asked, false);
+    else
+        atomic_fetch_add(&c->asks_unanswered, 1);
 }
 
 /* Whether this call may not block: MSG_DONTWAIT, else the descriptor's
@@ -199,6 +212,17 @@ static size_t ring_read(struct vs_rdma_conn *c, const struct iovec *iov, int cnt
  * return to TCP. 1 read TCP now, 0 end of stream, -EAGAIN, -errno. */
 static int ring_empty(struct vs_rdma_conn *c, int fd)
 {
+    if (atomic_load_explicit(&c->rx_cut, memory_order_acquire)) {
+        /* The peer resends from what we credited: skip what we read since. */
+        uint64_t from = c->st.rx_revert_at;
+        if (c->rx_tail < from) {
+            atomic_store(&c->st.violated, true);
+            return -ECONNRESET;
+        }
+        c->rx_skip = c->rx_tail - from;
+        atomic_store(&c->st.rx_back_on_tcp, true);
+        return 1;
+    }
     if (vs_stream_rx_revert_reached(&c->st, c->rx_tail))
         return 1;
     if (atomic_load(&c->st.violated))
@@ -232,6 +256,24 @@ static bool rx_on_rdma(struct vs_rdma_conn *c)
     return vs_stream_rx_on_transport(&c->st);
 }
 
+/* After a CUT: drops the TCP bytes we had read on the ring already. 1
+ * done, 0 more to come, -errno. (rx) */
+static int skip_tcp(struct vs_rdma_conn *c, int fd)
+{
+    char junk[4096];
+    while (c->rx_skip > 0) {
+        size_t want = c->rx_skip < sizeof(junk) ? (size_t)c->rx_skip : sizeof(junk);
+        ssize_t n = vs_real.recv(fd, junk, want, MSG_DONTWAIT);
+        if (n == 0)
+            return -ECONNRESET; /* the peer promised these bytes */
+        if (n < 0)
+            return errno == EAGAIN ? 0 : -errno;
+        c->rx_skip -= (uint64_t)n;
+        c->st.tcp_rx += (uint64_t)n;
+    }
+    return 1;
+}
+
 ssize_t vs_rdma_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags)
 {
     struct vs_rdma_conn *c = s->conn;
@@ -251,7 +293,15 @@ ssize_t vs_rdma_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags
     msg->msg_namelen = 0;
     pthread_mutex_lock(&c->rx_lock);
     for (;;) {
-        if (!rx_on_rdma(c)) {
+        if (!rx_on_rdma(c) && c->rx_skip) {
+            int r = skip_tcp(c, fd);
+            if (r == 1)
+                continue;
+            if (r < 0) {
+                err = -r;
+                break;
+            }
+        } else if (!rx_on_rdma(c)) {
             uint64_t limit = vs_stream_tcp_rx_limit(&c->st);
             if (atomic_load(&c->st.violated)) {
                 err = ECONNRESET;
@@ -323,7 +373,11 @@ ssize_t vs_rdma_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags
             if (vs_rdma_post_msg(c, &m) < 0)
                 atomic_store(&c->rx_wait_said, false);
         }
+        /* Asleep without the lock, as the kernel's reader: another reader
+         * may go, and a sender that must leave RDMA is not held up. */
+        pthread_mutex_unlock(&c->rx_lock);
         int rc = vs_rdma_wait(c, fd, POLLIN | POLLRDHUP, &b);
+        pthread_mutex_lock(&c->rx_lock);
         if (rc < 0 && (err = vs_wait_failed(rc, &b)) != 0)
             break;
     }
@@ -366,6 +420,8 @@ int vs_rdma_finish_revert(struct vs_rdma_conn *c, int fd, uint64_t zpos, const v
 {
     uint64_t from = c->st.tx_revert_consumed;
     uint64_t end = c->tx_head;
+    vs_debug("rdma: resending on TCP %lu bytes the peer did not read (%lu to %lu)",
+             (unsigned long)(end - from), (unsigned long)from, (unsigned long)end);
     if (from > end || (end - from > c->tx_size && !zbuf)) {
         atomic_store(&c->st.violated, true);
         return -ECONNRESET;
@@ -444,17 +500,25 @@ static int ring_write(struct vs_rdma_conn *c, const char *buf, size_t len)
 /* Sends on RDMA what the peer's ring can take now, up to the whole of IOV
  * when blocking. Bytes sent, or -errno. (tx) */
 /* Waits until every send posted is acknowledged by the peer, at most
- * FLUSH_NS: then the bytes are in its memory. (tx) */
-static void wait_placed(struct vs_rdma_conn *c)
+ * LIMIT_NS: then the bytes are in its memory. Whether they are. (tx) */
+static bool wait_placed_for(struct vs_rdma_conn *c, long limit_ns)
 {
-    long until = vs_now_ns() + FLUSH_NS;
-    while (!atomic_load(&c->broken) && vs_now_ns() < until) {
+    long until = vs_now_ns() + limit_ns;
+    while (!atomic_load(&c->broken)) {
         if (vs_rdma_sends_done(c))
-            return;
+            return true;
+        if (vs_now_ns() >= until)
+            return false;
         vs_rdma_poll(c);
         struct timespec ts = {0, 100000};
         nanosleep(&ts, NULL);
     }
+    return false;
+}
+
+static void wait_placed(struct vs_rdma_conn *c)
+{
+    wait_placed_for(c, FLUSH_NS);
 }
 
 /* A blocking send that found the peer's ring full this long leaves RDMA
@@ -462,25 +526,51 @@ static void wait_placed(struct vs_rdma_conn *c)
  * kernel's buffers (megabytes) where the ring holds VSOCKET_RDMA_RING. */
 #define VS_RDMA_SPILL_NS 200000000L
 
-/* Our side leaves RDMA (REVERT) from the send path. (tx held) */
-static bool spill(struct vs_rdma_conn *c)
+bool vs_rdma_stalled(long *since)
+{
+    long now = vs_now_ns();
+    if (!*since)
+        *since = now;
+    return now - *since > VS_RDMA_SPILL_NS;
+}
+
+int vs_rdma_spill(struct vs_rdma_conn *c, int fd, uint64_t zpos, const void *zbuf, size_t zlen)
 {
     if (pthread_mutex_trylock(&c->rx_lock) != 0)
-        return false; /* a reader sleeps: try again at the next wake-up */
+        return 0; /* a reader is busy: try again at the next wake-up */
     pthread_mutex_lock(&c->ctl_lock);
-    struct vs_rdma_msg m = {.type = VS_RDMA_MSG_REVERT, .a = c->rx_tail, .b = c->tx_head};
+    /* REVERT: the peer holds all we wrote, it reads its ring to our head.
+     * CUT (an offer out): it may not have pulled it; it drops what it
+     * holds past what it read, and we resend from what it credited us. */
+    bool cut = zbuf != NULL;
+    uint64_t credited = vs_rdma_peer_tail(c);
+    struct vs_rdma_msg m = {.type = cut ? VS_RDMA_MSG_CUT : VS_RDMA_MSG_REVERT,
+                            .a = c->rx_tail,
+                            .b = cut ? credited : c->tx_head};
     bool ok = vs_rdma_post_msg(c, &m) == 0;
     if (ok) {
         vs_info("rdma: the peer has not read for %ld ms: the rest of this connection goes on TCP",
                 VS_RDMA_SPILL_NS / 1000000);
+        vs_debug("rdma: %s: we read %lu, our data ends at %lu", cut ? "CUT" : "REVERT",
+                 (unsigned long)m.a, (unsigned long)m.b);
+        /* Placed before anything else happens: the peer sees a CUT before
+         * any READ of the offer's buffer that the program may reuse. */
         wait_placed(c);
-        atomic_store(&c->st.tx_back_on_tcp, true);
+        c->st.tx_revert_consumed = credited;
         atomic_store(&c->st.rx_back_on_tcp, true);
-        vs_rdma_conn_fail(c, VS_REASON_SPILLED);
     }
     pthread_mutex_unlock(&c->ctl_lock);
     pthread_mutex_unlock(&c->rx_lock);
-    return ok;
+    if (!ok)
+        return 0;
+    /* Resent before the connection is marked gone: until then other
+     * senders wait for the send lock instead of overtaking on TCP. */
+    int rc = cut ? vs_rdma_finish_revert(c, fd, zpos, zbuf, zlen) : 0;
+    atomic_store(&c->st.tx_back_on_tcp, true);
+    pthread_mutex_lock(&c->ctl_lock);
+    vs_rdma_conn_fail(c, VS_REASON_SPILLED);
+    pthread_mutex_unlock(&c->ctl_lock);
+    return rc < 0 ? rc : 1;
 }
 
 static ssize_t rdma_send(struct vs_rdma_conn *c, int fd, const struct iovec *iov, int cnt,
@@ -493,6 +583,10 @@ static ssize_t rdma_send(struct vs_rdma_conn *c, int fd, const struct iovec *iov
     int i = 0;
     size_t in_iov = 0;
     while (total < want) {
+        /* A REVERT or CUT the peer sent before it went counts first. */
+        vs_rdma_poll(c);
+        if (atomic_load(&c->st.tx_revert_pending))
+            return total ? (ssize_t)total : -ESTALE;
         if (atomic_load(&c->broken) || atomic_load(&c->peer_gone) ||
             atomic_load(&c->tx_shut_sent)) {
             if (total)
@@ -500,9 +594,6 @@ static ssize_t rdma_send(struct vs_rdma_conn *c, int fd, const struct iovec *iov
             vs_raise_sigpipe(flags);
             return -EPIPE;
         }
-        if (atomic_load(&c->st.tx_revert_pending))
-            return total ? (ssize_t)total : -ESTALE;
-        vs_rdma_poll(c);
         if (in_iov == 0 && iov[i].iov_len >= vs_config.rdma_zcopy && vs_config.rdma_zcopy &&
             !nonblocking(&nonblock, flags, fd)) {
             ssize_t z = vs_rdma_zcopy_send(c, fd, iov[i].iov_base, iov[i].iov_len, flags);
@@ -519,9 +610,7 @@ static ssize_t rdma_send(struct vs_rdma_conn *c, int fd, const struct iovec *iov
             vs_rdma_ask_credit(c);
             if (total || nonblocking(&nonblock, flags, fd))
                 break;
-            if (!stalled_since)
-                stalled_since = vs_now_ns();
-            else if (vs_now_ns() - stalled_since > VS_RDMA_SPILL_NS && spill(c))
+            if (vs_rdma_stalled(&stalled_since) && vs_rdma_spill(c, fd, 0, NULL, 0) > 0)
                 return -ESTALE; /* the rest goes on TCP */
             int rc = vs_rdma_wait(c, fd, 0, &b);
             int err = rc < 0 ? vs_wait_failed(rc, &b) : 0;
@@ -665,16 +754,30 @@ int vs_rdma_shutdown(struct vs_sock *s, int fd, int how)
     return vs_real.shutdown(fd, how);
 }
 
-/* The program closed the socket: SHUT goes out, and the connection (with
- * the TCP socket it holds) goes once the writes are placed, without
- * blocking the close. */
+/* The program closed the socket: SHUT goes out, and the connection with
+ * the TCP socket it holds goes once the writes are placed, so that the FIN
+ * never overtakes them. Close waits for that a round trip's time (µs on
+ * hardware) at most CLOSE_WAIT_NS; a slower peer leaves it to the reaper,
+ * which runs at the process's next close and at its exit. */
+#define CLOSE_WAIT_NS 100000000L
+
 void vs_rdma_close(struct vs_rdma_conn *c)
 {
+    vs_rdma_poll(c);
     pthread_mutex_lock(&c->tx_lock);
+    /* The peer left and has not had again what it did not read: it goes
+     * on TCP before the FIN. */
+    if (atomic_load(&c->st.tx_revert_pending) && !atomic_load(&c->st.tx_back_on_tcp)) {
+        if (atomic_load(&c->st.tx_switched) && c->hold_fd >= 0)
+            vs_rdma_finish_revert(c, c->hold_fd, 0, NULL, 0);
+        atomic_store(&c->st.tx_back_on_tcp, true);
+    }
+    /* Nothing of ours on the ring (never switched, or back on TCP): the
+     * FIN can overtake nothing, and must not wait for the reaper. */
+    bool on_rdma = vs_stream_tx_on_transport(&c->st);
     send_shut(c, false);
     pthread_mutex_unlock(&c->tx_lock);
-    vs_rdma_poll(c);
-    if (vs_rdma_sends_done(c) || atomic_load(&c->broken))
+    if (!on_rdma || wait_placed_for(c, CLOSE_WAIT_NS) || atomic_load(&c->broken))
         vs_rdma_conn_free(c);
     else
         vs_rdma_conn_close_later(c);
@@ -689,6 +792,12 @@ bool vs_rdma_ioctl(struct vs_sock *s, int fd, unsigned long req, int *value)
         vs_rdma_poll(c);
         uint64_t n = vs_rdma_readable(c);
         *value = n > INT32_MAX ? INT32_MAX : (int)n;
+        return true;
+    }
+    if (req == FIONREAD && c->rx_skip) {
+        int q = 0; /* the kernel's count holds bytes we read on the ring */
+        syscall(SYS_ioctl, fd, FIONREAD, &q);
+        *value = (uint64_t)q > c->rx_skip ? q - (int)c->rx_skip : 0;
         return true;
     }
     if (req == SIOCOUTQ && vs_stream_tx_on_transport(&c->st)) {

@@ -31,7 +31,7 @@
 #include "core/sha256.h"
 
 #define VS_RDMA_MAGIC 0x7673524du /* "vsRM" */
-#define VS_RDMA_VERSION 1
+#define VS_RDMA_VERSION 2
 
 /* Immediate data: the top bit tells a credit from a data write. */
 #define VS_RDMA_IMM_CREDIT 0x80000000u
@@ -45,6 +45,10 @@ enum vs_rdma_msg_type {
     VS_RDMA_MSG_CREDIT_REQ, /* we wait for space: answer with a credit immediate */
     VS_RDMA_MSG_OFFER,      /* a: stream position, b: length, credit_addr: address, rkey */
     VS_RDMA_MSG_RX_WAIT,    /* we sleep in a read of a: large sends may be offered */
+    VS_RDMA_MSG_CUT,        /* a: consumed of yours; b: what you had credited us. Our
+                             * transport data ends where you stopped reading (what you
+                             * pulled or were written past it is void); TCP carries
+                             * ours from b on: skip what you read past b */
 };
 
 /* A message: fits the receive buffers (VS_RDMA_MSG_SIZE). */

@@ -171,7 +171,10 @@ static unsigned tcp_interest(struct vs_sock *s, unsigned user)
 {
     struct vs_rdma_conn *c = s->conn;
     unsigned want = user & (POLLIN | POLLOUT | POLLRDHUP | POLLPRI);
-    if (rx_on_rdma(c))
+    /* On the ring, TCP only says the peer died; once the peer left
+     * (REVERT, CUT) its next bytes come on TCP, with no completion to wake
+     * a reader that has emptied the ring. */
+    if (rx_on_rdma(c) && !atomic_load(&c->st.rx_reverted))
         want = (want & ~(unsigned)POLLIN) | POLLRDHUP;
     if (vs_stream_tx_on_transport(&c->st))
         want &= ~(unsigned)POLLOUT;

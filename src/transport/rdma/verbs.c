@@ -149,6 +149,7 @@ void vs_rdma_verbs_teardown(struct vs_rdma_conn *c)
         ibv_ack_cq_events(c->cq, c->cq_events);
         ibv_destroy_cq(c->cq);
         c->cq = NULL;
+        c->cq_events = 0; /* a refused caller's CQ: the next one counts anew */
     }
     if (c->channel) {
         /* The fd was ours: let ownfd forget it before the library closes it. */

@@ -55,10 +55,25 @@ ssize_t vs_rdma_zcopy_send(struct vs_rdma_conn *c, int fd, const void *buf, size
      * still be reading), only the connection's end. */
     struct vs_blocking b = {.opt = 0};
     ssize_t rc = (ssize_t)len;
-    while (before(vs_rdma_peer_tail(c), pos + len)) {
+    uint64_t tail, seen = vs_rdma_peer_tail(c);
+    long stalled_since = 0;
+    while (before(tail = vs_rdma_peer_tail(c), pos + len)) {
         if (atomic_load(&c->broken) || atomic_load(&c->peer_gone)) {
             rc = -EPIPE;
             break;
+        }
+        if (tail != seen) {
+            seen = tail;
+            stalled_since = 0;
+        }
+        if (vs_rdma_stalled(&stalled_since)) {
+            /* The peer stopped reading where the kernel would have taken
+             * the rest into its buffers: the rest goes on TCP. */
+            int r = vs_rdma_spill(c, fd, pos, buf, len);
+            if (r != 0) {
+                rc = r < 0 ? r : (ssize_t)len;
+                break;
+            }
         }
         if (atomic_load(&c->st.tx_revert_pending)) {
             /* The peer left: what it did not consume goes on TCP, from the
@@ -76,6 +91,14 @@ ssize_t vs_rdma_zcopy_send(struct vs_rdma_conn *c, int fd, const void *buf, size
 }
 
 /* -------------------------------------------------------------- receiver */
+
+void vs_rdma_cut_in(struct vs_rdma_conn *c, const struct vs_rdma_msg *m)
+{
+    vs_stream_peer_reverted(&c->st, m->a, m->b);
+    /* Offers are void: READs still in flight land past what is read. */
+    c->offer_count = 0;
+    atomic_store_explicit(&c->rx_cut, true, memory_order_release);
+}
 
 static struct vs_rdma_offer *first(struct vs_rdma_conn *c)
 {
@@ -149,7 +172,9 @@ uint64_t vs_rdma_rx_avail(struct vs_rdma_conn *c)
     uint64_t tail = __atomic_load_n(&c->rx_tail, __ATOMIC_ACQUIRE);
     uint64_t head = atomic_load(&c->rx_head), avail;
     struct vs_rdma_offer *o = first(c);
-    if (!o) {
+    if (atomic_load(&c->rx_cut)) {
+        avail = 0; /* the peer resends the rest on TCP */
+    } else if (!o) {
         avail = head - tail;
     } else if (before(tail, o->pos)) {
         avail = o->pos - tail;

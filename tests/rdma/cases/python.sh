@@ -7,7 +7,8 @@
 # is byte-for-byte what was sent (length and sha256 per connection), and each
 # server echoed exactly 2 MiB on that connection (its own count, printed at
 # EOF). `vsocket stat` shows the connections on rdma while they run, and
-# the servers' ends of them closed on rdma.
+# the servers' ends of them closed on rdma (one may have left for the
+# kernel's buffers, see below).
 # shellcheck source=SCRIPTDIR/../lib.sh
 source "$(dirname "$0")/../lib.sh"
 port_a=7205
@@ -121,12 +122,23 @@ for i in $(seq 50); do
 done
 grep -qx "asyncio echoed $total" "$tmp/aserver.log" || { echo "asyncio server: $(cat "$tmp/aserver.log")"; exit 1; }
 grep -qx "threaded echoed $total" "$tmp/tserver.log" || { echo "threaded server: $(cat "$tmp/tserver.log")"; exit 1; }
+# A reader that does not read for 200 ms makes the writer leave RDMA for the
+# kernel's buffers (left-for-buffering at the writer, peer-left-rings at the
+# reader: by design, docs/design/rdma-transport.md); under emulation a Python
+# process sometimes does. One of the two connections at least must have
+# stayed on rdma to the end, and neither may have left for another reason.
+on_rdma=0
 for port in $port_a $port_t; do
   row=$("$TOOL" stat --all --json | jq -c --arg l "$IP:$port" \
     '[.processes[].sockets[] | select(.local == $l and .state == "closed")] | last')
   echo "server side, port $port: $row"
-  [ "$(jq -r .transport <<<"$row")" = rdma ] || { echo "the connection to port $port was not on rdma"; exit 1; }
+  case "$(jq -r '.transport + " " + .reason' <<<"$row")" in
+    rdma\ *) on_rdma=$((on_rdma + 1)) ;;
+    "kernel peer-left-rings" | "kernel left-for-buffering") echo "port $port: left RDMA for the kernel's buffers (a reader paused 200 ms)" ;;
+    *) echo "the connection to port $port was not on rdma"; exit 1 ;;
+  esac
   { [ "$(jq -r .rx_bytes <<<"$row")" = "$total" ] && [ "$(jq -r .tx_bytes <<<"$row")" = "$total" ]; } ||
     { echo "the server's counters are not $total each way"; exit 1; }
 done
-echo "python over rdma: asyncio and threaded echo of 2 MiB byte-exact"
+[ "$on_rdma" -ge 1 ] || { echo "neither connection stayed on rdma"; exit 1; }
+echo "python over rdma: asyncio and threaded echo of 2 MiB byte-exact ($on_rdma of 2 on rdma to the end)"

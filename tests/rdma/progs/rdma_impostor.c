@@ -76,6 +76,14 @@
 #define FAKE_RING (64u << 10)
 #define SLOTS 8
 #define ACK_TIMEOUT 16 /* 4.096 us * 2^16 = 268 ms */
+/* How long a refused call may take to be hung up on: rdma_cm's DREQ under
+ * emulation (TCG) and a busy connector took more than 8 s in CI. */
+#define HANGUP_WAIT_S 30
+/* rdma_cm's DISCONNECTED may never come (its DREQ lost, seen under TCG):
+ * after this long without it, a zero-length WRITE tells whether the
+ * connector's queue pair still answers. */
+#define PROBE_AFTER_S 5
+#define PROBE_WR_ID 3000
 
 static double now_s(void)
 {
@@ -248,14 +256,12 @@ static void link_setup(struct link *l, struct rdma_cm_id *id)
     l->ring_mr = reg(l->pd, &l->ring, FAKE_RING, remote, 0xa5);
     l->credit_mr = reg(l->pd, &l->credit, 4096, remote, 0xa5);
     l->scratch_mr = reg(l->pd, &l->scratch, 4096, IBV_ACCESS_LOCAL_WRITE, 0x5a);
-    struct ibv_qp_init_attr attr = {.send_cq = l->cq,
-                                    .recv_cq = l->cq,
-                                    .cap = {.max_send_wr = 16,
-                                            .max_recv_wr = SLOTS,
-                                            .max_send_sge = 1,
-                                            .max_recv_sge = 1},
-                                    .qp_type = IBV_QPT_RC,
-                                    .sq_sig_all = 1};
+    struct ibv_qp_init_attr attr = {
+        .send_cq = l->cq,
+        .recv_cq = l->cq,
+        .cap = {.max_send_wr = 16, .max_recv_wr = SLOTS, .max_send_sge = 1, .max_recv_sge = 1},
+        .qp_type = IBV_QPT_RC,
+        .sq_sig_all = 1};
     if (rdma_create_qp(id, l->pd, &attr) < 0) {
         perror("rdma_create_qp");
         exit(2);
@@ -324,7 +330,8 @@ static int send_msg(struct link *l, const struct vs_rdma_msg *m)
 static int rdma_op(struct link *l, bool write, uint64_t addr, uint32_t rkey, uint32_t len,
                    const char *tag)
 {
-    struct ibv_sge sge = {.addr = (uintptr_t)l->scratch, .length = len, .lkey = l->scratch_mr->lkey};
+    struct ibv_sge sge = {
+        .addr = (uintptr_t)l->scratch, .length = len, .lkey = l->scratch_mr->lkey};
     struct ibv_send_wr wr = {.wr_id = 2000,
                              .sg_list = &sge,
                              .num_sge = 1,
@@ -349,6 +356,17 @@ static int rdma_op(struct link *l, bool write, uint64_t addr, uint32_t rkey, uin
     return -1;
 }
 
+/* Posts a zero-length RDMA WRITE (no memory touched, no key checked) whose
+ * completion says whether the other end's queue pair answers. */
+static bool probe(struct link *l)
+{
+    struct ibv_send_wr wr = {.wr_id = PROBE_WR_ID,
+                             .opcode = IBV_WR_RDMA_WRITE,
+                             .send_flags = IBV_SEND_SIGNALED},
+                       *bad;
+    return ibv_post_send(l->id->qp, &wr, &bad) == 0;
+}
+
 static const char *status_str(int st)
 {
     return st < 0 ? "no-completion" : ibv_wc_status_str((enum ibv_wc_status)st);
@@ -362,10 +380,9 @@ static struct rdma_cm_id *resolve(struct rdma_event_channel *ch, struct sockaddr
     struct ev e;
     if (rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) < 0)
         return NULL;
-    if (rdma_resolve_addr(id, (void *)src, (void *)dst, 2000) < 0 ||
-        next_event(ch, 5000, &e) < 0 || e.type != RDMA_CM_EVENT_ADDR_RESOLVED ||
-        rdma_resolve_route(id, 2000) < 0 || next_event(ch, 5000, &e) < 0 ||
-        e.type != RDMA_CM_EVENT_ROUTE_RESOLVED) {
+    if (rdma_resolve_addr(id, (void *)src, (void *)dst, 2000) < 0 || next_event(ch, 5000, &e) < 0 ||
+        e.type != RDMA_CM_EVENT_ADDR_RESOLVED || rdma_resolve_route(id, 2000) < 0 ||
+        next_event(ch, 5000, &e) < 0 || e.type != RDMA_CM_EVENT_ROUTE_RESOLVED) {
         rdma_destroy_id(id);
         return NULL;
     }
@@ -502,15 +519,28 @@ static int cmd_call(int argc, char **argv)
             int prc = send_msg(&l, &m);
             printf("CALL-PROOF attempt=%d forged PROOF sent (random MAC, fake ring %p rkey %#x, "
                    "credit %p rkey %#x): %s\n",
-                   accepted, (void *)l.ring, l.ring_mr->rkey, (void *)l.credit,
-                   l.credit_mr->rkey, prc ? strerror(prc) : "posted");
+                   accepted, (void *)l.ring, l.ring_mr->rkey, (void *)l.credit, l.credit_mr->rkey,
+                   prc ? strerror(prc) : "posted");
         }
         /* What the connector does now: hang up (refused) or answer RING. */
-        bool hung_up = false, ring = false;
-        double until = now_s() + 8;
+        bool hung_up = false, ring = false, probing = false;
+        const char *how = "";
+        double until = now_s() + HANGUP_WAIT_S, probe_at = now_s() + PROBE_AFTER_S;
         while (now_s() < until && !hung_up) {
             struct ibv_wc wc;
+            if (!probing && now_s() > probe_at)
+                probing = probe(&l);
             while (ibv_poll_cq(l.cq, 1, &wc) > 0) {
+                if (wc.wr_id == PROBE_WR_ID) {
+                    /* Unanswered: the connector's queue pair is gone. */
+                    probing = false;
+                    probe_at = now_s() + PROBE_AFTER_S;
+                    if (wc.status != IBV_WC_SUCCESS) {
+                        hung_up = true;
+                        how = " (its queue pair is gone: our probe failed)";
+                    }
+                    continue;
+                }
                 if (wc.status == IBV_WC_SUCCESS && (wc.opcode & IBV_WC_RECV)) {
                     struct vs_rdma_msg *got =
                         (void *)(l.msgs + (wc.wr_id % SLOTS) * VS_RDMA_MSG_SIZE);
@@ -524,7 +554,7 @@ static int cmd_call(int argc, char **argv)
             struct ev e;
             if (next_event(ch, 50, &e) == 0 && e.id == l.id &&
                 (e.type == RDMA_CM_EVENT_DISCONNECTED || e.type == RDMA_CM_EVENT_CONNECT_ERROR))
-                hung_up = true;
+                hung_up = true, how = "";
         }
         usleep(200000); /* a late write would land by now */
         bool clean = untouched(l.ring, FAKE_RING) && untouched(l.credit, 4096);
@@ -532,13 +562,14 @@ static int cmd_call(int argc, char **argv)
             refused++;
         if (ring || !clean)
             fooled++;
-        printf("CALL-RESULT attempt=%d %s%s, fake ring and credit word %s\n", accepted,
-               hung_up ? "connector hung up (refused)" : "connector did NOT hang up within 8 s",
+        printf("CALL-RESULT attempt=%d %s%s%s, fake ring and credit word %s\n", accepted,
+               hung_up ? "connector hung up (refused)" : "connector did NOT hang up in time", how,
                ring ? ", connector SENT ITS RING" : ", no RING", clean ? "untouched" : "WRITTEN");
         link_free(&l);
     }
-    printf("CALL-SUMMARY accepted=%d refused=%d fooled=%d ops_remote_access_error=%d ops_other=%d\n",
-           accepted, refused, fooled, ops_ok, ops_bad);
+    printf(
+        "CALL-SUMMARY accepted=%d refused=%d fooled=%d ops_remote_access_error=%d ops_other=%d\n",
+        accepted, refused, fooled, ops_ok, ops_bad);
     if (accepted == 0)
         return 3;
     if (have_op)
@@ -584,7 +615,8 @@ static int guess_rkeys(uint32_t *out, int max)
 static void guessed_writes(struct link *l, const uint32_t *keys, int n, int *ok, int *err)
 {
     for (int i = 0; i < n; i++) {
-        struct ibv_sge sge = {.addr = (uintptr_t)l->scratch, .length = 64, .lkey = l->scratch_mr->lkey};
+        struct ibv_sge sge = {
+            .addr = (uintptr_t)l->scratch, .length = 64, .lkey = l->scratch_mr->lkey};
         struct ibv_send_wr wr = {.wr_id = 3000 + (uint64_t)i,
                                  .sg_list = &sge,
                                  .num_sge = 1,
@@ -701,7 +733,8 @@ static int cmd_squat(int argc, char **argv)
             struct ibv_wc wc;
             while (ibv_poll_cq(l.cq, 1, &wc) > 0) {
                 if (wc.status == IBV_WC_SUCCESS && (wc.opcode & IBV_WC_RECV)) {
-                    struct vs_rdma_msg *m = (void *)(l.msgs + (wc.wr_id % SLOTS) * VS_RDMA_MSG_SIZE);
+                    struct vs_rdma_msg *m =
+                        (void *)(l.msgs + (wc.wr_id % SLOTS) * VS_RDMA_MSG_SIZE);
                     printf("SQUAT-GOT-PROOF type %u: the caller gave its ring %#llx rkey %#x\n",
                            m->type, (unsigned long long)m->a, m->rkey);
                     gave_proof = 1;
@@ -877,8 +910,8 @@ static int cmd_honest(int argc, char **argv)
         uint8_t want[VS_SHA256_LEN];
         vs_rdma_proof_mac(&c->proof, true, false, &c->peer, &c->local, want);
         bool ok = vs_rdma_proof_covered(&c->proof) > 0 && vs_equal_ct(want, rep.mac, sizeof(want));
-        printf("HONEST-CONNECTOR-PROOF conn=%d %s (covered %llu bytes)\n", i,
-               ok ? "ok" : "BAD", (unsigned long long)vs_rdma_proof_covered(&c->proof));
+        printf("HONEST-CONNECTOR-PROOF conn=%d %s (covered %llu bytes)\n", i, ok ? "ok" : "BAD",
+               (unsigned long long)vs_rdma_proof_covered(&c->proof));
         failures += !ok;
         struct vs_rdma_msg m = {.type = VS_RDMA_MSG_PROOF};
         vs_rdma_proof_mac(&c->proof, true, true, &c->peer, &c->local, m.mac);
