@@ -761,9 +761,34 @@ int vs_rdma_shutdown(struct vs_sock *s, int fd, int how)
  * which runs at the process's next close and at its exit. */
 #define CLOSE_WAIT_NS 100000000L
 
+/* The kernel resets (RST, the peer gets ECONNRESET) instead of ending the
+ * stream when the program set SO_LINGER 0, or closes with received bytes
+ * unread: its receive queue is the ring here, so the kernel cannot see
+ * them, and is told with SO_LINGER 0. What we wrote and the peer has not
+ * read may be lost, as on the kernel. */
+static bool close_resets(struct vs_rdma_conn *c)
+{
+    if (c->hold_fd < 0)
+        return false;
+    struct linger l = {0};
+    socklen_t len = sizeof(l);
+    if (vs_real.getsockopt(c->hold_fd, SOL_SOCKET, SO_LINGER, &l, &len) == 0 && l.l_onoff &&
+        l.l_linger == 0)
+        return true;
+    if (!rx_on_rdma(c) || vs_rdma_readable(c) == 0)
+        return false;
+    struct linger now = {.l_onoff = 1, .l_linger = 0};
+    vs_real.setsockopt(c->hold_fd, SOL_SOCKET, SO_LINGER, &now, sizeof(now));
+    return true;
+}
+
 void vs_rdma_close(struct vs_rdma_conn *c)
 {
     vs_rdma_poll(c);
+    if (close_resets(c)) {
+        vs_rdma_conn_free(c); /* no SHUT: the RST ends it */
+        return;
+    }
     pthread_mutex_lock(&c->tx_lock);
     /* The peer left and has not had again what it did not read: it goes
      * on TCP before the FIN. */

@@ -271,7 +271,11 @@ static unsigned arm(struct vs_sock *s, unsigned interest)
     }
     if (!vs_rdma_done(c) || !c->channel)
         return 0;
-    if ((interest & POLLIN) && rx_on_rdma(c))
+    /* Before the peer's SWITCH too: it comes on the CQ, and the bytes
+     * after it never on TCP, so a reader asleep on TCP alone would miss
+     * them (seen: an asyncio server woke only when the writer, stalled,
+     * left RDMA 200 ms later). */
+    if ((interest & POLLIN) && !atomic_load(&c->st.rx_back_on_tcp))
         armed |= POLLIN;
     if ((interest & POLLOUT) && vs_stream_tx_on_transport(&c->st)) {
         armed |= POLLOUT;

@@ -638,6 +638,49 @@ def _(s, ctl):
     return {}
 
 
+# --- 3b. close that resets: SO_LINGER 0, or bytes left unread -----------------
+
+
+def _reset_close(unread):
+    def a(s, ctl):
+        D = data(131, 100_000)
+        got = recv_exact(s, len(D))      # the connection carries data first
+        expect(sha(got) == sha(D), "before the close: checksum mismatch")
+        ctl.sync("more-sent")            # b sent 1000 more bytes
+        time.sleep(0.3)                  # ... that have arrived
+        if not unread:
+            recv_exact(s, 1000)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        s.close()                        # the kernel answers with a reset
+        ctl.sync("closed")
+        return {}
+
+    def b(s, ctl):
+        s.sendall(data(131, 100_000))
+        s.sendall(b"m" * 1000)
+        ctl.sync("more-sent")
+        ctl.sync("closed")
+        t = Timer()
+        try:
+            r = s.recv(100)
+            outcome = "eof" if r == b"" else f"data:{len(r)}"
+        except ConnectionResetError:
+            outcome = "reset"
+        took = t()
+        try:
+            for _ in range(16):
+                s.sendall(b"x" * 65536)
+            send = "no-error"
+        except (BrokenPipeError, ConnectionResetError) as e:
+            send = type(e).__name__
+        return {"outcome": outcome, "took_s": took, "send": send}
+    return a, b
+
+
+SCENARIOS["close_linger0"] = _reset_close(False)
+SCENARIOS["close_unread"] = _reset_close(True)
+
+
 # --- 4. peer killed ---------------------------------------------------------
 
 
