@@ -59,6 +59,10 @@ uint64_t vs_rdma_writable(struct vs_rdma_conn *c)
  * pair (the peer answers its next read anyway: peer_waits). */
 #define ASK_AGAIN_NS 20000000L
 #define ASKS_MAX 4
+/* ... after which, while still waiting, a plain write of our credit word
+ * (no receive buffer taken) goes out this often: its acknowledgement is all
+ * that tells a live peer from a dead host (retry exceeded in seconds). */
+#define LIVENESS_NS 1000000000L
 
 void vs_rdma_ask_credit(struct vs_rdma_conn *c)
 {
@@ -70,8 +74,13 @@ void vs_rdma_ask_credit(struct vs_rdma_conn *c)
     }
     unsigned asks = atomic_load(&c->asks_unanswered);
     if (atomic_exchange(&c->credit_asked, true) &&
-        (asks >= ASKS_MAX || now - c->credit_asked_ns < ASK_AGAIN_NS << asks))
+        (asks >= ASKS_MAX || now - c->credit_asked_ns < ASK_AGAIN_NS << asks)) {
+        if (asks >= ASKS_MAX && now - c->credit_asked_ns >= LIVENESS_NS) {
+            c->credit_asked_ns = now;
+            vs_rdma_post_credit(c, false);
+        }
         return;
+    }
     c->credit_asked_ns = now;
     struct vs_rdma_msg m = {.type = VS_RDMA_MSG_CREDIT_REQ, .a = tail};
     if (vs_rdma_post_msg(c, &m) < 0)
@@ -554,8 +563,14 @@ int vs_rdma_spill(struct vs_rdma_conn *c, int fd, uint64_t zpos, const void *zbu
         vs_debug("rdma: %s: we read %lu, our data ends at %lu", cut ? "CUT" : "REVERT",
                  (unsigned long)m.a, (unsigned long)m.b);
         /* Placed before anything else happens: the peer sees a CUT before
-         * any READ of the offer's buffer that the program may reuse. */
-        wait_placed(c);
+         * any READ of the offer's buffer that the program may reuse. Not
+         * placed (the queue pair failed): the peer's host or device is gone,
+         * and TCP would only wait for it the kernel's quarter of an hour. */
+        if (!wait_placed_for(c, FLUSH_NS) && atomic_load(&c->broken)) {
+            pthread_mutex_unlock(&c->ctl_lock);
+            pthread_mutex_unlock(&c->rx_lock);
+            return -ECONNRESET;
+        }
         c->st.tx_revert_consumed = credited;
         atomic_store(&c->st.rx_back_on_tcp, true);
     }

@@ -10,7 +10,9 @@ set -euo pipefail
 . "$CROSS_LIB"
 # shellcheck source=/dev/null
 . tests/rdma/lib.sh
-stress_args=(--mode blocking --conns 2 --udp-flows 0 --messages 40 --max-size 256K --seconds 200)
+# Long enough (~25 MB) that the verdict (the 3 s set-up deadline, then the
+# peer seen silent) lands while the connections are open, even under TCG.
+stress_args=(--mode blocking --conns 2 --udp-flows 0 --messages 200 --max-size 256K --seconds 200)
 # Each side checks its own statistics (closed sockets too: the verdict may
 # land as the short run ends).
 check_reasons() {
