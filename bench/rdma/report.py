@@ -70,7 +70,7 @@ def build(R, S, H, I, notes):
     g = lambda k, s: R.get(k, {}).get(s)
     out = []
     # ----- latency
-    out.append("**Latency**: round trip in µs (vsocket-sweep ping-pong, median of the timed round trips after 50 warm-up ones;"
+    out.append("**Latency**: round trip in µs (vsocket-sweep ping-pong, median of the timed round trips after 50 warm-up ones, 5 from 1 MiB;"
                " rstream: its usec/xfer, spinning; perftest: 2 × ib_send_lat t_typical). Ratio < 1: vsocket faster.")
     out.append("")
     out.append("| size | kernel TCP | rsocket preload | **vsocket rdma** | rstream | 2×ib_send_lat | vs/kernel | vs/rsocket | vs/rstream | ≤ rsocket? |")
