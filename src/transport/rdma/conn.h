@@ -103,6 +103,7 @@ struct vs_rdma_conn {
     _Atomic bool peer_reading;  /* the peer sleeps in a large read (RX_WAIT) */
     _Atomic bool rx_wait_said;  /* we sent RX_WAIT and no offer came since */
     _Atomic bool rx_cut;        /* the peer's CUT arrived: st.rx_revert_at is its b */
+    bool cut_taken;             /* the receive side acted on it (rx) */
     uint64_t rx_skip;           /* TCP bytes to drop: read on the ring past the CUT (rx) */
     _Atomic bool rx_shut_known; /* the peer's SHUT arrived */
     uint64_t rx_shut_at;        /* stream end of the peer's transport data */

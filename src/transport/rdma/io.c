@@ -221,17 +221,8 @@ static size_t ring_read(struct vs_rdma_conn *c, const struct iovec *iov, int cnt
  * return to TCP. 1 read TCP now, 0 end of stream, -EAGAIN, -errno. */
 static int ring_empty(struct vs_rdma_conn *c, int fd)
 {
-    if (atomic_load_explicit(&c->rx_cut, memory_order_acquire)) {
-        /* The peer resends from what we credited: skip what we read since. */
-        uint64_t from = c->st.rx_revert_at;
-        if (c->rx_tail < from) {
-            atomic_store(&c->st.violated, true);
-            return -ECONNRESET;
-        }
-        c->rx_skip = c->rx_tail - from;
-        atomic_store(&c->st.rx_back_on_tcp, true);
-        return 1;
-    }
+    if (atomic_load_explicit(&c->rx_cut, memory_order_acquire))
+        return 1; /* recvmsg takes it: TCP from now on */
     if (vs_stream_rx_revert_reached(&c->st, c->rx_tail))
         return 1;
     if (atomic_load(&c->st.violated))
@@ -263,6 +254,24 @@ static int ring_empty(struct vs_rdma_conn *c, int fd)
 static bool rx_on_rdma(struct vs_rdma_conn *c)
 {
     return vs_stream_rx_on_transport(&c->st);
+}
+
+/* The peer's CUT, once: it resends from what we credited, so the TCP
+ * bytes up to our tail are ones we read already. Also when we had left
+ * RDMA ourselves meanwhile (our REVERT crossed its CUT). (rx) */
+static int take_cut(struct vs_rdma_conn *c)
+{
+    if (!atomic_load_explicit(&c->rx_cut, memory_order_acquire) || c->cut_taken)
+        return 0;
+    c->cut_taken = true;
+    uint64_t from = c->st.rx_revert_at;
+    if (c->rx_tail < from) {
+        atomic_store(&c->st.violated, true);
+        return -ECONNRESET;
+    }
+    c->rx_skip = c->rx_tail - from;
+    atomic_store(&c->st.rx_back_on_tcp, true);
+    return 0;
 }
 
 /* After a CUT: drops the TCP bytes we had read on the ring already. 1
@@ -302,6 +311,11 @@ ssize_t vs_rdma_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags
     msg->msg_namelen = 0;
     pthread_mutex_lock(&c->rx_lock);
     for (;;) {
+        int cut = take_cut(c);
+        if (cut < 0) {
+            err = -cut;
+            break;
+        }
         if (!rx_on_rdma(c) && c->rx_skip) {
             int r = skip_tcp(c, fd);
             if (r == 1)
@@ -548,6 +562,13 @@ int vs_rdma_spill(struct vs_rdma_conn *c, int fd, uint64_t zpos, const void *zbu
     if (pthread_mutex_trylock(&c->rx_lock) != 0)
         return 0; /* a reader is busy: try again at the next wake-up */
     pthread_mutex_lock(&c->ctl_lock);
+    vs_rdma_poll(c);
+    if (atomic_load(&c->st.tx_revert_pending)) {
+        /* The peer left first: the caller resends what it did not read. */
+        pthread_mutex_unlock(&c->ctl_lock);
+        pthread_mutex_unlock(&c->rx_lock);
+        return 0;
+    }
     /* REVERT: the peer holds all we wrote, it reads its ring to our head.
      * CUT (an offer out): it may not have pulled it; it drops what it
      * holds past what it read, and we resend from what it credited us. */

@@ -66,6 +66,15 @@ ssize_t vs_rdma_zcopy_send(struct vs_rdma_conn *c, int fd, const void *buf, size
             seen = tail;
             stalled_since = 0;
         }
+        if (atomic_load(&c->st.tx_revert_pending)) {
+            /* The peer left: what it did not consume goes on TCP, from the
+             * send copy before the offer and from BUF after. */
+            int r = vs_rdma_finish_revert(c, fd, pos, buf, len);
+            atomic_store(&c->st.tx_back_on_tcp, true);
+            rc = r < 0 ? r : (ssize_t)len;
+            break;
+        }
+        /* After the peer's own REVERT above: never a CUT to a peer that left. */
         if (vs_rdma_stalled(&stalled_since)) {
             /* The peer stopped reading where the kernel would have taken
              * the rest into its buffers: the rest goes on TCP. */
@@ -74,14 +83,6 @@ ssize_t vs_rdma_zcopy_send(struct vs_rdma_conn *c, int fd, const void *buf, size
                 rc = r < 0 ? r : (ssize_t)len;
                 break;
             }
-        }
-        if (atomic_load(&c->st.tx_revert_pending)) {
-            /* The peer left: what it did not consume goes on TCP, from the
-             * send copy before the offer and from BUF after. */
-            int r = vs_rdma_finish_revert(c, fd, pos, buf, len);
-            atomic_store(&c->st.tx_back_on_tcp, true);
-            rc = r < 0 ? r : (ssize_t)len;
-            break;
         }
         vs_rdma_ask_credit(c);
         vs_rdma_wait(c, fd, 0, &b);
