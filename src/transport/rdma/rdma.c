@@ -207,9 +207,21 @@ static unsigned ready_rdma(struct vs_rdma_conn *c, unsigned interest)
     return ev;
 }
 
+static bool setup_on_qp(struct vs_rdma_conn *c);
+
 static unsigned poll_fast(struct vs_sock *s, unsigned interest)
 {
-    return ready_rdma(s->conn, interest);
+    struct vs_rdma_conn *c = s->conn;
+    /* The set-up's last message may have come before the CQ was armed: its
+     * completion rings nothing, and an idle connection brings no other
+     * (seen: a redis connection whose server end stayed pending while the
+     * client wrote on RDMA). Its fd is not needed in these states. */
+    if (setup_on_qp(c)) {
+        vs_rdma_poll(c);
+        if (atomic_load_explicit(&c->setup_msg_in, memory_order_acquire))
+            vs_rdma_progress(c, -1);
+    }
+    return ready_rdma(c, interest);
 }
 
 static unsigned poll_now(struct vs_sock *s, int fd, unsigned interest, int tcp_revents,
