@@ -396,11 +396,12 @@ ssize_t vs_rdma_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags
             if (vs_rdma_post_msg(c, &m) < 0)
                 atomic_store(&c->rx_wait_said, false);
         }
-        /* Asleep without the lock, as the kernel's reader: another reader
-         * may go, and a sender that must leave RDMA is not held up. */
-        pthread_mutex_unlock(&c->rx_lock);
+        /* Asleep with the lock: a writer thread of the process cannot
+         * leave RDMA meanwhile, and need not (this reader drains the peer,
+         * so no two programs wait on each other's writes); a spill is also
+         * the one step whose crossing with the peer's can lose bytes (docs:
+         * "Limitations"). */
         int rc = vs_rdma_wait(c, fd, POLLIN | POLLRDHUP, &b);
-        pthread_mutex_lock(&c->rx_lock);
         if (rc < 0 && (err = vs_wait_failed(rc, &b)) != 0)
             break;
     }
