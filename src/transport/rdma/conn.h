@@ -29,8 +29,9 @@ struct vs_rdma_offer {
     uint64_t pos, len; /* its place in the stream (transport positions) */
     uint64_t addr;     /* in the peer's memory */
     uint32_t rkey;
-    uint64_t pulled;  /* bytes of it landed in our ring */
-    uint64_t pulling; /* bytes of it in RDMA READs in flight */
+    uint64_t pulled;  /* bytes of it landed in our ring (or read straight) */
+    uint64_t pulling; /* bytes of it in RDMA READs in flight to the ring */
+    bool direct;      /* a reader pulls it into its own buffer: not into the ring */
 };
 
 #define VS_RDMA_OFFERS 8
@@ -100,11 +101,14 @@ struct vs_rdma_conn {
     bool offer_done;                  /* one was consumed: credit with a wake-up (qp_lock) */
     uint64_t read_len[VS_RDMA_READS]; /* READs in flight, oldest first (qp_lock) */
     unsigned read_first, reads_in_flight;
-    _Atomic bool peer_reading;  /* the peer sleeps in a large read (RX_WAIT) */
-    _Atomic bool rx_wait_said;  /* we sent RX_WAIT and no offer came since */
-    _Atomic bool rx_cut;        /* the peer's CUT arrived: st.rx_revert_at is its b */
-    bool cut_taken;             /* the receive side acted on it (rx) */
-    uint64_t rx_skip;           /* TCP bytes to drop: read on the ring past the CUT (rx) */
+    uint64_t direct_done;      /* bytes of READs into a reader's buffer landed (qp_lock) */
+    _Atomic bool peer_reading; /* the peer sleeps in a large read (RX_WAIT) */
+    _Atomic bool rx_wait_said; /* we sent RX_WAIT and no offer came since */
+    _Atomic bool rx_cut;       /* the peer's CUT arrived: st.rx_revert_at is its b */
+    bool cut_taken;            /* the receive side acted on it (rx) */
+    uint64_t rx_skip;          /* TCP bytes to drop: read on the ring past the CUT (rx) */
+    /* We left: whether the peer's CUT crossed ours is not known yet (leave.c). */
+    _Atomic bool rx_unsettled;
     _Atomic bool rx_shut_known; /* the peer's SHUT arrived */
     uint64_t rx_shut_at;        /* stream end of the peer's transport data */
 
@@ -122,10 +126,12 @@ struct vs_rdma_conn {
     /* CREDIT_REQs since the credit last moved: each takes a receive
      * buffer of a peer that may not poll for a long time. */
     _Atomic unsigned asks_unanswered;
-    uint64_t asked_at_tail; /* the credit when we last asked (tx) */
-    unsigned sq_posted;     /* send work requests posted (qp_lock) */
-    unsigned sq_done;       /* ... of which completed, as signalled (qp_lock) */
-    unsigned since_signal;  /* unsignalled sends since the last signalled one (qp_lock) */
+    uint64_t asked_at_tail;         /* the credit when we last asked (tx) */
+    unsigned sq_posted;             /* send work requests posted (qp_lock) */
+    unsigned sq_done;               /* ... of which completed, as signalled (qp_lock) */
+    unsigned since_signal;          /* unsignalled sends since the last signalled one (qp_lock) */
+    _Atomic long tx_stall_ns;       /* since when the sender waits for space, or 0 (tx) */
+    _Atomic uint64_t tx_stall_tail; /* the peer's credit then (tx) */
     _Atomic bool tx_shut_sent;
     _Atomic bool broken;    /* a completion error: the QP is unusable */
     _Atomic bool peer_gone; /* rdma_cm said the peer disconnected */
@@ -195,24 +201,38 @@ int vs_rdma_post_credit_locked(struct vs_rdma_conn *c, bool wake); /* (qp_lock) 
 int vs_rdma_post_data(struct vs_rdma_conn *c, uint64_t pos, size_t len);
 /* io.c: asks the peer for a credit immediate (once until one comes). */
 void vs_rdma_ask_credit(struct vs_rdma_conn *c);
-/* Pulls LEN bytes at REMOTE into LOCAL (in the ring). (qp_lock held) */
-int vs_rdma_post_read(struct vs_rdma_conn *c, void *local, uint64_t remote, uint32_t rkey,
-                      uint64_t len);
+/* Pulls LEN bytes at REMOTE into LOCAL (registered with LKEY). (qp_lock held) */
+int vs_rdma_post_read(struct vs_rdma_conn *c, void *local, uint32_t lkey, uint64_t remote,
+                      uint32_t rkey, uint64_t len);
 /* io.c: waits for news on the connection (a blocking call's sleep). */
 struct vs_blocking;
 int vs_rdma_wait(struct vs_rdma_conn *c, int fd, short tcp_events, struct vs_blocking *b);
-/* io.c: the peer left RDMA: resend on TCP what it did not consume; bytes
- * at positions [ZPOS, ZPOS + ZLEN) are at ZBUF (an offer), not in the send
- * copy. (tx) */
-int vs_rdma_finish_revert(struct vs_rdma_conn *c, int fd, uint64_t zpos, const void *zbuf,
-                          size_t zlen);
-/* io.c: a blocking send waiting for the peer: whether it waited long
- * enough (*SINCE: 0 at first) to leave RDMA for the kernel's buffers. */
-bool vs_rdma_stalled(long *since);
-/* ... and leaves (tx held): REVERT, or with an offer out (ZBUF: ZLEN bytes
- * at stream position ZPOS) CUT and resend on TCP what the peer did not
- * credit. 1 left (the rest goes on TCP), 0 not now, -errno. */
+/* io.c: waits until every send posted is acknowledged by the peer (then
+ * the bytes are in its memory), at most LIMIT_NS. Whether they are. */
+bool vs_rdma_wait_placed(struct vs_rdma_conn *c, long limit_ns);
+
+/* leave.c: leaving RDMA for TCP (CUT). */
+/* The peer left: resends on TCP, once, what it did not read; bytes at
+ * positions [ZPOS, ZPOS + ZLEN) are at ZBUF (an offer), not in the send
+ * copy. 0 or -errno. (tx) */
+int vs_rdma_answer_cut(struct vs_rdma_conn *c, int fd, uint64_t zpos, const void *zbuf,
+                       size_t zlen);
+/* The sender found no room in the peer's ring, or an offer not yet
+ * consumed (FULL), or room: a stall lasts while the peer's credit does not
+ * move. (tx) */
+void vs_rdma_stall(struct vs_rdma_conn *c, bool full);
+/* Whether the stall lasted long enough to leave RDMA for the kernel's
+ * buffers (then a send leaves, and readiness says writable so that a
+ * non-blocking writer's next send does). */
+bool vs_rdma_stalled(struct vs_rdma_conn *c);
+/* ... and leaves (tx held): CUT, and resend on TCP what the peer did not
+ * credit (an offer out: ZLEN bytes at ZPOS are at ZBUF). 1 left (the rest
+ * goes on TCP), 0 not now, -errno. */
 int vs_rdma_spill(struct vs_rdma_conn *c, int fd, uint64_t zpos, const void *zbuf, size_t zlen);
+/* Before reading TCP after a CUT (the peer's or ours): drops what the peer
+ * resends that we read on the ring already, once it is known. 1 go on, 0
+ * wait for TCP, -errno. (rx) */
+int vs_rdma_settle(struct vs_rdma_conn *c, int fd);
 /* cm.c / zcopy.c: the peer's CUT arrived (qp_lock). */
 void vs_rdma_cut_in(struct vs_rdma_conn *c, const struct vs_rdma_msg *m);
 /* The credit word: how far the peer has consumed our data. */
@@ -231,6 +251,12 @@ void vs_rdma_pull_done(struct vs_rdma_conn *c);
 uint64_t vs_rdma_rx_avail(struct vs_rdma_conn *c);
 /* After the tail moved: offers consumed go, and the sender hears of it. */
 void vs_rdma_offers_consumed(struct vs_rdma_conn *c);
+/* A blocking reader with LEN bytes of room at BUF: pulls the offer at the
+ * tail straight there when it is worth it. Bytes read (the tail moved),
+ * 0 not worth it (the ring then), or -errno. (rx) */
+ssize_t vs_rdma_zcopy_recv(struct vs_rdma_conn *c, int fd, void *buf, size_t len);
+/* io.c: tells the peer how far we read, when it is worth a write. (rx) */
+void vs_rdma_credit_read(struct vs_rdma_conn *c);
 
 /* cm.c: the rendezvous over rdma_cm. */
 void vs_rdma_progress(struct vs_rdma_conn *c, int fd);
@@ -258,6 +284,13 @@ static inline bool vs_rdma_active(struct vs_rdma_conn *c)
 static inline bool vs_rdma_done(struct vs_rdma_conn *c)
 {
     return atomic_load_explicit(&c->hs, memory_order_acquire) == VS_RDMA_DONE;
+}
+
+/* A connection that left still has TCP bytes to drop, or a crossing to
+ * settle, before its reads are the kernel's alone. */
+static inline bool vs_rdma_unsettled(struct vs_rdma_conn *c)
+{
+    return atomic_load(&c->rx_unsettled) || c->rx_skip;
 }
 
 static inline void vs_rdma_bump(struct vs_rdma_conn *c)

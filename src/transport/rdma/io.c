@@ -173,7 +173,7 @@ int vs_rdma_wait(struct vs_rdma_conn *c, int fd, short tcp_events, struct vs_blo
 
 /* Tells the peer how far we read: at a quarter of the ring, or at once
  * when it waits for space or for an offer to be consumed. */
-static void maybe_credit(struct vs_rdma_conn *c)
+void vs_rdma_credit_read(struct vs_rdma_conn *c)
 {
     vs_rdma_offers_consumed(c);
     uint64_t unsent = c->rx_tail - atomic_load(&c->rx_credited);
@@ -212,7 +212,7 @@ static size_t ring_read(struct vs_rdma_conn *c, const struct iovec *iov, int cnt
     }
     if (!peek) {
         __atomic_store_n(&c->rx_tail, pos, __ATOMIC_SEQ_CST);
-        maybe_credit(c);
+        vs_rdma_credit_read(c);
     }
     return done;
 }
@@ -241,7 +241,7 @@ static int ring_empty(struct vs_rdma_conn *c, int fd)
     if (vs_rdma_readable(c) || vs_rdma_rx_eof(c) || atomic_load(&c->st.rx_reverted))
         return -EAGAIN;
     if (t > 0)
-        return -ECONNRESET; /* bytes on TCP after the switch, without REVERT */
+        return -ECONNRESET; /* bytes on TCP after the switch, without CUT */
     if (t < 0 && t != -EAGAIN)
         return t;
     if (t == 0)
@@ -256,48 +256,12 @@ static bool rx_on_rdma(struct vs_rdma_conn *c)
     return vs_stream_rx_on_transport(&c->st);
 }
 
-/* The peer's CUT, once: it resends from what we credited, so the TCP
- * bytes up to our tail are ones we read already. Also when we had left
- * RDMA ourselves meanwhile (our REVERT crossed its CUT). (rx) */
-static int take_cut(struct vs_rdma_conn *c)
-{
-    if (!atomic_load_explicit(&c->rx_cut, memory_order_acquire) || c->cut_taken)
-        return 0;
-    c->cut_taken = true;
-    uint64_t from = c->st.rx_revert_at;
-    if (c->rx_tail < from) {
-        atomic_store(&c->st.violated, true);
-        return -ECONNRESET;
-    }
-    c->rx_skip = c->rx_tail - from;
-    atomic_store(&c->st.rx_back_on_tcp, true);
-    return 0;
-}
-
-/* After a CUT: drops the TCP bytes we had read on the ring already. 1
- * done, 0 more to come, -errno. (rx) */
-static int skip_tcp(struct vs_rdma_conn *c, int fd)
-{
-    char junk[4096];
-    while (c->rx_skip > 0) {
-        size_t want = c->rx_skip < sizeof(junk) ? (size_t)c->rx_skip : sizeof(junk);
-        ssize_t n = vs_real.recv(fd, junk, want, MSG_DONTWAIT);
-        if (n == 0)
-            return -ECONNRESET; /* the peer promised these bytes */
-        if (n < 0)
-            return errno == EAGAIN ? 0 : -errno;
-        c->rx_skip -= (uint64_t)n;
-        c->st.tcp_rx += (uint64_t)n;
-    }
-    return 1;
-}
-
 ssize_t vs_rdma_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags)
 {
     struct vs_rdma_conn *c = s->conn;
     vs_rdma_sync(s, fd);
     size_t want = vs_iov_total(msg->msg_iov, msg->msg_iovlen);
-    if (!vs_rdma_active(c) || want == 0 || (flags & MSG_OOB))
+    if ((!vs_rdma_active(c) && !vs_rdma_unsettled(c)) || want == 0 || (flags & MSG_OOB))
         return vs_real.recvmsg(fd, msg, flags);
     vs_rdma_revert_if_asked(c, fd);
     int nonblock = -1;
@@ -311,19 +275,14 @@ ssize_t vs_rdma_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags
     msg->msg_namelen = 0;
     pthread_mutex_lock(&c->rx_lock);
     for (;;) {
-        int cut = take_cut(c);
-        if (cut < 0) {
-            err = -cut;
+        /* After a CUT, what the peer resends that we read already. */
+        int settled = vs_rdma_settle(c, fd);
+        if (settled < 0) {
+            err = -settled;
             break;
         }
-        if (!rx_on_rdma(c) && c->rx_skip) {
-            int r = skip_tcp(c, fd);
-            if (r == 1)
-                continue;
-            if (r < 0) {
-                err = -r;
-                break;
-            }
+        if (settled == 0) {
+            /* Wait for the peer's TCP bytes. */
         } else if (!rx_on_rdma(c)) {
             uint64_t limit = vs_stream_tcp_rx_limit(&c->st);
             if (atomic_load(&c->st.violated)) {
@@ -364,7 +323,17 @@ ssize_t vs_rdma_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags
             struct iovec win[msg->msg_iovlen];
             int cnt =
                 vs_iov_window(msg->msg_iov, (int)msg->msg_iovlen, total, VS_STREAM_NO_LIMIT, win);
-            /* Not past the end the peer announced (its REVERT or SHUT). */
+            /* A large send offered: straight into a blocking reader's buffer. */
+            if (!peek && cnt > 0 && c->offer_count && !nonblocking(&nonblock, flags, fd)) {
+                ssize_t z = vs_rdma_zcopy_recv(c, fd, win[0].iov_base, win[0].iov_len);
+                if (z > 0) {
+                    total += (size_t)z;
+                    if (total >= target)
+                        break;
+                    continue;
+                }
+            }
+            /* Not past the end the peer announced (its CUT or SHUT). */
             size_t n = ring_read(c, win, cnt, peek);
             if (n > 0) {
                 total += n;
@@ -417,76 +386,6 @@ ssize_t vs_rdma_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags
 
 /* ------------------------------------------------------------------ send */
 
-/* Sends LEN bytes at BUF on TCP, waiting for room as a blocking send. */
-static int tcp_send_all(struct vs_rdma_conn *c, int fd, const char *buf, size_t len)
-{
-    while (len > 0) {
-        ssize_t n = vs_real.send(fd, buf, len, MSG_NOSIGNAL);
-        if (n < 0) {
-            if (errno == EAGAIN) {
-                struct pollfd p = {.fd = fd, .events = POLLOUT};
-                vs_real.poll(&p, 1, 100);
-                continue;
-            }
-            return -errno;
-        }
-        buf += n;
-        len -= (size_t)n;
-        c->st.tcp_tx += (uint64_t)n;
-    }
-    return 0;
-}
-
-/* The peer left RDMA (REVERT): what it did not consume goes again on TCP,
- * ahead of anything new; then TCP for good. (tx) */
-int vs_rdma_finish_revert(struct vs_rdma_conn *c, int fd, uint64_t zpos, const void *zbuf,
-                          size_t zlen)
-{
-    uint64_t from = c->st.tx_revert_consumed;
-    uint64_t end = c->tx_head;
-    vs_debug("rdma: resending on TCP %lu bytes the peer did not read (%lu to %lu)",
-             (unsigned long)(end - from), (unsigned long)from, (unsigned long)end);
-    if (from > end || (end - from > c->tx_size && !zbuf)) {
-        atomic_store(&c->st.violated, true);
-        return -ECONNRESET;
-    }
-    while (from < end) {
-        int rc;
-        size_t run;
-        if (zbuf && from >= zpos && from < zpos + zlen) {
-            run = (size_t)(zpos + zlen - from);
-            rc = tcp_send_all(c, fd, (const char *)zbuf + (from - zpos), run);
-        } else {
-            uint64_t off = from & (c->tx_size - 1);
-            uint64_t stop = zbuf && from < zpos ? zpos : end;
-            run = (size_t)(stop - from);
-            if (run > c->tx_size - off)
-                run = (size_t)(c->tx_size - off);
-            rc = tcp_send_all(c, fd, (char *)c->tx.mem + off, run);
-        }
-        if (rc < 0)
-            return rc;
-        from += run;
-    }
-    return 0;
-}
-
-/* The peer left RDMA: what it had not consumed goes on TCP at once, not at
- * our next send (which may never come: a program done sending waits to
- * read). Called from every call on the connection. */
-void vs_rdma_revert_if_asked(struct vs_rdma_conn *c, int fd)
-{
-    if (!atomic_load(&c->st.tx_revert_pending) || atomic_load(&c->st.tx_back_on_tcp) ||
-        pthread_mutex_trylock(&c->tx_lock) != 0)
-        return;
-    if (atomic_load(&c->st.tx_revert_pending) && !atomic_load(&c->st.tx_back_on_tcp)) {
-        if (atomic_load(&c->st.tx_switched))
-            vs_rdma_finish_revert(c, fd, 0, NULL, 0);
-        atomic_store(&c->st.tx_back_on_tcp, true);
-    }
-    pthread_mutex_unlock(&c->tx_lock);
-}
-
 /* Moves the send side to RDMA once the peer's ring is ours. (tx) */
 static void maybe_switch(struct vs_rdma_conn *c)
 {
@@ -521,11 +420,7 @@ static int ring_write(struct vs_rdma_conn *c, const char *buf, size_t len)
     return 0;
 }
 
-/* Sends on RDMA what the peer's ring can take now, up to the whole of IOV
- * when blocking. Bytes sent, or -errno. (tx) */
-/* Waits until every send posted is acknowledged by the peer, at most
- * LIMIT_NS: then the bytes are in its memory. Whether they are. (tx) */
-static bool wait_placed_for(struct vs_rdma_conn *c, long limit_ns)
+bool vs_rdma_wait_placed(struct vs_rdma_conn *c, long limit_ns)
 {
     long until = vs_now_ns() + limit_ns;
     while (!atomic_load(&c->broken)) {
@@ -540,87 +435,18 @@ static bool wait_placed_for(struct vs_rdma_conn *c, long limit_ns)
     return false;
 }
 
-static void wait_placed(struct vs_rdma_conn *c)
-{
-    wait_placed_for(c, FLUSH_NS);
-}
-
-/* A blocking send that found the peer's ring full this long leaves RDMA
- * for TCP: the peer is not reading, and the program may rely on the
- * kernel's buffers (megabytes) where the ring holds VSOCKET_RDMA_RING. */
-#define VS_RDMA_SPILL_NS 200000000L
-
-bool vs_rdma_stalled(long *since)
-{
-    long now = vs_now_ns();
-    if (!*since)
-        *since = now;
-    return now - *since > VS_RDMA_SPILL_NS;
-}
-
-int vs_rdma_spill(struct vs_rdma_conn *c, int fd, uint64_t zpos, const void *zbuf, size_t zlen)
-{
-    if (pthread_mutex_trylock(&c->rx_lock) != 0)
-        return 0; /* a reader is busy: try again at the next wake-up */
-    pthread_mutex_lock(&c->ctl_lock);
-    vs_rdma_poll(c);
-    if (atomic_load(&c->st.tx_revert_pending)) {
-        /* The peer left first: the caller resends what it did not read. */
-        pthread_mutex_unlock(&c->ctl_lock);
-        pthread_mutex_unlock(&c->rx_lock);
-        return 0;
-    }
-    /* REVERT: the peer holds all we wrote, it reads its ring to our head.
-     * CUT (an offer out): it may not have pulled it; it drops what it
-     * holds past what it read, and we resend from what it credited us. */
-    bool cut = zbuf != NULL;
-    uint64_t credited = vs_rdma_peer_tail(c);
-    struct vs_rdma_msg m = {.type = cut ? VS_RDMA_MSG_CUT : VS_RDMA_MSG_REVERT,
-                            .a = c->rx_tail,
-                            .b = cut ? credited : c->tx_head};
-    bool ok = vs_rdma_post_msg(c, &m) == 0;
-    if (ok) {
-        vs_info("rdma: the peer has not read for %ld ms: the rest of this connection goes on TCP",
-                VS_RDMA_SPILL_NS / 1000000);
-        vs_debug("rdma: %s: we read %lu, our data ends at %lu", cut ? "CUT" : "REVERT",
-                 (unsigned long)m.a, (unsigned long)m.b);
-        /* Placed before anything else happens: the peer sees a CUT before
-         * any READ of the offer's buffer that the program may reuse. Not
-         * placed (the queue pair failed): the peer's host or device is gone,
-         * and TCP would only wait for it the kernel's quarter of an hour. */
-        if (!wait_placed_for(c, FLUSH_NS) && atomic_load(&c->broken)) {
-            pthread_mutex_unlock(&c->ctl_lock);
-            pthread_mutex_unlock(&c->rx_lock);
-            return -ECONNRESET;
-        }
-        c->st.tx_revert_consumed = credited;
-        atomic_store(&c->st.rx_back_on_tcp, true);
-    }
-    pthread_mutex_unlock(&c->ctl_lock);
-    pthread_mutex_unlock(&c->rx_lock);
-    if (!ok)
-        return 0;
-    /* Resent before the connection is marked gone: until then other
-     * senders wait for the send lock instead of overtaking on TCP. */
-    int rc = cut ? vs_rdma_finish_revert(c, fd, zpos, zbuf, zlen) : 0;
-    atomic_store(&c->st.tx_back_on_tcp, true);
-    pthread_mutex_lock(&c->ctl_lock);
-    vs_rdma_conn_fail(c, VS_REASON_SPILLED);
-    pthread_mutex_unlock(&c->ctl_lock);
-    return rc < 0 ? rc : 1;
-}
-
+/* Sends on RDMA what the peer's ring can take now, up to the whole of IOV
+ * when blocking. Bytes sent, or -errno. (tx) */
 static ssize_t rdma_send(struct vs_rdma_conn *c, int fd, const struct iovec *iov, int cnt,
                          int flags)
 {
-    long stalled_since = 0;
     int nonblock = -1;
     struct vs_blocking b = {.opt = SO_SNDTIMEO};
     size_t total = 0, want = vs_iov_total(iov, (size_t)cnt);
     int i = 0;
     size_t in_iov = 0;
     while (total < want) {
-        /* A REVERT or CUT the peer sent before it went counts first. */
+        /* A CUT the peer sent before it went counts first. */
         vs_rdma_poll(c);
         if (atomic_load(&c->st.tx_revert_pending))
             return total ? (ssize_t)total : -ESTALE;
@@ -643,12 +469,18 @@ static ssize_t rdma_send(struct vs_rdma_conn *c, int fd, const struct iovec *iov
             }
         }
         uint64_t room = vs_rdma_writable(c);
+        /* A stall is a peer that does not read, not a busy one. */
+        vs_rdma_stall(c, room == 0);
         if (room == 0) {
             vs_rdma_ask_credit(c);
-            if (total || nonblocking(&nonblock, flags, fd))
+            if (total)
                 break;
-            if (vs_rdma_stalled(&stalled_since) && vs_rdma_spill(c, fd, 0, NULL, 0) > 0)
+            /* Non-blocking writers too: a program that writes a lot before
+             * it reads relies on the kernel's buffers however it waits. */
+            if (vs_rdma_stalled(c) && vs_rdma_spill(c, fd, 0, NULL, 0) > 0)
                 return -ESTALE; /* the rest goes on TCP */
+            if (nonblocking(&nonblock, flags, fd))
+                break;
             int rc = vs_rdma_wait(c, fd, 0, &b);
             int err = rc < 0 ? vs_wait_failed(rc, &b) : 0;
             if (err)
@@ -694,13 +526,10 @@ ssize_t vs_rdma_sendmsg(struct vs_sock *s, int fd, const struct msghdr *msg, int
     maybe_switch(c);
     ssize_t n;
     for (;;) {
-        if (atomic_load(&c->st.tx_revert_pending) && !atomic_load(&c->st.tx_back_on_tcp)) {
-            int rc = atomic_load(&c->st.tx_switched) ? vs_rdma_finish_revert(c, fd, 0, NULL, 0) : 0;
-            atomic_store(&c->st.tx_back_on_tcp, true);
-            if (rc < 0) {
-                n = rc;
-                break;
-            }
+        int rc = vs_rdma_answer_cut(c, fd, 0, NULL, 0);
+        if (rc < 0) {
+            n = rc;
+            break;
         }
         if (!vs_stream_tx_on_transport(&c->st)) {
             n = vs_real.sendmsg(fd, msg, flags);
@@ -774,7 +603,7 @@ static void send_shut(struct vs_rdma_conn *c, bool wait)
         return;
     struct vs_rdma_msg m = {.type = VS_RDMA_MSG_SHUT, .a = c->tx_head};
     if (vs_rdma_post_msg(c, &m) == 0 && wait)
-        wait_placed(c);
+        vs_rdma_wait_placed(c, FLUSH_NS);
 }
 
 int vs_rdma_shutdown(struct vs_sock *s, int fd, int how)
@@ -829,17 +658,13 @@ void vs_rdma_close(struct vs_rdma_conn *c)
     pthread_mutex_lock(&c->tx_lock);
     /* The peer left and has not had again what it did not read: it goes
      * on TCP before the FIN. */
-    if (atomic_load(&c->st.tx_revert_pending) && !atomic_load(&c->st.tx_back_on_tcp)) {
-        if (atomic_load(&c->st.tx_switched) && c->hold_fd >= 0)
-            vs_rdma_finish_revert(c, c->hold_fd, 0, NULL, 0);
-        atomic_store(&c->st.tx_back_on_tcp, true);
-    }
+    vs_rdma_answer_cut(c, c->hold_fd, 0, NULL, 0);
     /* Nothing of ours on the ring (never switched, or back on TCP): the
      * FIN can overtake nothing, and must not wait for the reaper. */
     bool on_rdma = vs_stream_tx_on_transport(&c->st);
     send_shut(c, false);
     pthread_mutex_unlock(&c->tx_lock);
-    if (!on_rdma || wait_placed_for(c, CLOSE_WAIT_NS) || atomic_load(&c->broken))
+    if (!on_rdma || vs_rdma_wait_placed(c, CLOSE_WAIT_NS) || atomic_load(&c->broken))
         vs_rdma_conn_free(c);
     else
         vs_rdma_conn_close_later(c);
@@ -848,18 +673,18 @@ void vs_rdma_close(struct vs_rdma_conn *c)
 bool vs_rdma_ioctl(struct vs_sock *s, int fd, unsigned long req, int *value)
 {
     struct vs_rdma_conn *c = s->conn;
+    if (req == FIONREAD && c->rx_skip) {
+        int q = 0; /* the kernel's count holds bytes we read on the ring */
+        syscall(SYS_ioctl, fd, FIONREAD, &q);
+        *value = (uint64_t)q > c->rx_skip ? q - (int)c->rx_skip : 0;
+        return true;
+    }
     if (!vs_rdma_active(c))
         return false;
     if (req == FIONREAD && rx_on_rdma(c)) {
         vs_rdma_poll(c);
         uint64_t n = vs_rdma_readable(c);
         *value = n > INT32_MAX ? INT32_MAX : (int)n;
-        return true;
-    }
-    if (req == FIONREAD && c->rx_skip) {
-        int q = 0; /* the kernel's count holds bytes we read on the ring */
-        syscall(SYS_ioctl, fd, FIONREAD, &q);
-        *value = (uint64_t)q > c->rx_skip ? q - (int)c->rx_skip : 0;
         return true;
     }
     if (req == SIOCOUTQ && vs_stream_tx_on_transport(&c->st)) {
@@ -870,26 +695,4 @@ bool vs_rdma_ioctl(struct vs_sock *s, int fd, unsigned long req, int *value)
         return true;
     }
     return false;
-}
-
-/* The connection leaves RDMA: tell the peer how much of its data we read
- * and where ours ends. (takes tx, rx) */
-void vs_rdma_revert(struct vs_rdma_conn *c, int fd, const char *reason)
-{
-    (void)fd;
-    pthread_mutex_lock(&c->tx_lock);
-    pthread_mutex_lock(&c->rx_lock);
-    pthread_mutex_lock(&c->ctl_lock);
-    if (vs_rdma_done(c) && !atomic_load(&c->broken)) {
-        /* Our transport data: what we wrote; the peer's: what we read. */
-        uint64_t end = atomic_load(&c->st.tx_switched) ? c->tx_head : 0;
-        uint64_t consumed = c->rx_tail;
-        struct vs_rdma_msg m = {.type = VS_RDMA_MSG_REVERT, .a = consumed, .b = end};
-        if (vs_rdma_post_msg(c, &m) == 0)
-            wait_placed(c);
-    }
-    pthread_mutex_unlock(&c->ctl_lock);
-    pthread_mutex_unlock(&c->rx_lock);
-    pthread_mutex_unlock(&c->tx_lock);
-    vs_rdma_conn_fail(c, reason);
 }

@@ -31,7 +31,7 @@
 #include "core/sha256.h"
 
 #define VS_RDMA_MAGIC 0x7673524du /* "vsRM" */
-#define VS_RDMA_VERSION 2
+#define VS_RDMA_VERSION 3
 
 /* Immediate data: the top bit tells a credit from a data write. */
 #define VS_RDMA_IMM_CREDIT 0x80000000u
@@ -41,11 +41,12 @@ enum vs_rdma_msg_type {
     VS_RDMA_MSG_RING,       /* connector: its ring and credit word */
     VS_RDMA_MSG_SWITCH,     /* a: our transport data starts at stream offset a */
     VS_RDMA_MSG_SHUT,       /* a: our transport data ends at a (SHUT_WR, close) */
-    VS_RDMA_MSG_REVERT,     /* a: consumed of yours, b: our transport data ends at */
+    VS_RDMA_MSG_REVERT,     /* version 2; a leaving end says CUT since version 3 */
     VS_RDMA_MSG_CREDIT_REQ, /* we wait for space: answer with a credit immediate */
     VS_RDMA_MSG_OFFER,      /* a: stream position, b: length, credit_addr: address, rkey */
     VS_RDMA_MSG_RX_WAIT,    /* we sleep in a read of a: large sends may be offered */
-    VS_RDMA_MSG_CUT,        /* a: consumed of yours; b: what you had credited us. Our
+    VS_RDMA_MSG_CUT,        /* we leave RDMA (leave.c). a: consumed of yours, resend
+                             * the rest on TCP; b: what you had credited us. Our
                              * transport data ends where you stopped reading (what you
                              * pulled or were written past it is void); TCP carries
                              * ours from b on: skip what you read past b */

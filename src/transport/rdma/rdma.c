@@ -172,7 +172,7 @@ static unsigned tcp_interest(struct vs_sock *s, unsigned user)
     struct vs_rdma_conn *c = s->conn;
     unsigned want = user & (POLLIN | POLLOUT | POLLRDHUP | POLLPRI);
     /* On the ring, TCP only says the peer died; once the peer left
-     * (REVERT, CUT) its next bytes come on TCP, with no completion to wake
+     * (CUT) its next bytes come on TCP, with no completion to wake
      * a reader that has emptied the ring. */
     if (rx_on_rdma(c) && !atomic_load(&c->st.rx_reverted))
         want = (want & ~(unsigned)POLLIN) | POLLRDHUP;
@@ -202,7 +202,8 @@ static unsigned ready_rdma(struct vs_rdma_conn *c, unsigned interest)
     if (vs_rdma_rx_eof(c))
         ev |= POLLRDHUP & interest;
     if ((interest & POLLOUT) && vs_stream_tx_on_transport(&c->st) &&
-        (vs_rdma_writable(c) || dead || atomic_load(&c->st.tx_revert_pending)))
+        (vs_rdma_writable(c) || dead || atomic_load(&c->st.tx_revert_pending) ||
+         vs_rdma_stalled(c)))
         ev |= POLLOUT;
     return ev;
 }
@@ -244,7 +245,7 @@ static unsigned poll_now(struct vs_sock *s, int fd, unsigned interest, int tcp_r
         ev |= ready_rdma(c, interest);
     }
     if (rx_on_rdma(c)) {
-        /* TCP after the switch: the peer's death or its REVERT data. */
+        /* TCP after the switch: the peer's death or its CUT resend. */
         if (tcp & (POLLIN | POLLRDHUP | POLLHUP | POLLERR)) {
             atomic_store(&c->tcp_event, true);
             ev |= POLLIN & interest;
@@ -410,7 +411,7 @@ static void leave_all(const char *reason)
 
 /* Registered memory and queue pairs do not follow into the child: every
  * connection leaves RDMA before fork, in both processes (the parent's
- * REVERT tells the peer), and connections still young stay on TCP so that
+ * CUT tells the peer), and connections still young stay on TCP so that
  * the two processes never disagree about where the stream is. */
 static void fork_prepare(void)
 {

@@ -34,10 +34,10 @@ uint64_t vs_rdma_readable(struct vs_rdma_conn *c);
 bool vs_rdma_rx_eof(struct vs_rdma_conn *c);
 /* Bytes the sender may write now. */
 uint64_t vs_rdma_writable(struct vs_rdma_conn *c);
-/* The connection leaves RDMA (exec, fork, stdio): the peer reads what we
- * wrote and resends on TCP what we did not read (REVERT). */
+/* leave.c: the connection leaves RDMA (exec, fork, stdio): CUT, each end
+ * resends on TCP what the other did not read; settled before it returns. */
 void vs_rdma_revert(struct vs_rdma_conn *c, int fd, const char *reason);
-/* The peer left RDMA: resend on TCP what it had not read, now. */
+/* leave.c: the peer left RDMA: resend on TCP what it had not read, now. */
 void vs_rdma_revert_if_asked(struct vs_rdma_conn *c, int fd);
 /* The program's last reference went: SHUT, then the connection goes once
  * its writes are placed (bounded), its TCP socket with it. */

@@ -304,8 +304,8 @@ int vs_rdma_post_msg(struct vs_rdma_conn *c, const struct vs_rdma_msg *m)
     struct ibv_send_wr wr = {.sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND};
     if (c->inline_max >= sizeof(*m))
         wr.send_flags = IBV_SEND_INLINE;
-    /* Close and revert wait for these to complete: signalled. */
-    if (m->type == VS_RDMA_MSG_SHUT || m->type == VS_RDMA_MSG_REVERT)
+    /* Close and leaving wait for these to complete: signalled. */
+    if (m->type == VS_RDMA_MSG_SHUT || m->type == VS_RDMA_MSG_CUT)
         c->since_signal = SIGNAL_EVERY;
     int rc = post_send_locked(c, &wr);
     pthread_mutex_unlock(&c->qp_lock);
@@ -363,11 +363,10 @@ int vs_rdma_post_data(struct vs_rdma_conn *c, uint64_t pos, size_t len)
     return rc;
 }
 
-int vs_rdma_post_read(struct vs_rdma_conn *c, void *local, uint64_t remote, uint32_t rkey,
-                      uint64_t len)
+int vs_rdma_post_read(struct vs_rdma_conn *c, void *local, uint32_t lkey, uint64_t remote,
+                      uint32_t rkey, uint64_t len)
 {
-    struct ibv_sge sge = {
-        .addr = (uintptr_t)local, .length = (uint32_t)len, .lkey = c->rx.mr->lkey};
+    struct ibv_sge sge = {.addr = (uintptr_t)local, .length = (uint32_t)len, .lkey = lkey};
     struct ibv_send_wr wr = {
         .sg_list = &sge,
         .num_sge = 1,

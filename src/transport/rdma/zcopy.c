@@ -55,27 +55,21 @@ ssize_t vs_rdma_zcopy_send(struct vs_rdma_conn *c, int fd, const void *buf, size
      * still be reading), only the connection's end. */
     struct vs_blocking b = {.opt = 0};
     ssize_t rc = (ssize_t)len;
-    uint64_t tail, seen = vs_rdma_peer_tail(c);
-    long stalled_since = 0;
-    while (before(tail = vs_rdma_peer_tail(c), pos + len)) {
+    while (before(vs_rdma_peer_tail(c), pos + len)) {
         if (atomic_load(&c->broken) || atomic_load(&c->peer_gone)) {
             rc = -EPIPE;
             break;
         }
-        if (tail != seen) {
-            seen = tail;
-            stalled_since = 0;
-        }
+        vs_rdma_stall(c, true);
         if (atomic_load(&c->st.tx_revert_pending)) {
             /* The peer left: what it did not consume goes on TCP, from the
              * send copy before the offer and from BUF after. */
-            int r = vs_rdma_finish_revert(c, fd, pos, buf, len);
-            atomic_store(&c->st.tx_back_on_tcp, true);
+            int r = vs_rdma_answer_cut(c, fd, pos, buf, len);
             rc = r < 0 ? r : (ssize_t)len;
             break;
         }
-        /* After the peer's own REVERT above: never a CUT to a peer that left. */
-        if (vs_rdma_stalled(&stalled_since)) {
+        /* After the peer's own CUT above: never a CUT to a peer that left. */
+        if (vs_rdma_stalled(c)) {
             /* The peer stopped reading where the kernel would have taken
              * the rest into its buffers: the rest goes on TCP. */
             int r = vs_rdma_spill(c, fd, pos, buf, len);
@@ -120,6 +114,9 @@ bool vs_rdma_offer_in(struct vs_rdma_conn *c, const struct vs_rdma_msg *m)
     return true;
 }
 
+/* A READ into a reader's buffer, in read_len. */
+#define DIRECT (1ull << 63)
+
 /* READs complete in the order they were posted: the oldest in flight is
  * done, and it belongs to the first offer with bytes in flight. */
 void vs_rdma_pull_done(struct vs_rdma_conn *c)
@@ -129,6 +126,12 @@ void vs_rdma_pull_done(struct vs_rdma_conn *c)
     uint64_t len = c->read_len[c->read_first % VS_RDMA_READS];
     c->read_first++;
     c->reads_in_flight--;
+    if (len & DIRECT) {
+        /* After the peer's CUT the bytes are void: its buffer may be reused. */
+        if (!atomic_load(&c->rx_cut))
+            c->direct_done += len & ~DIRECT;
+        return;
+    }
     for (unsigned i = 0; i < c->offer_count; i++) {
         struct vs_rdma_offer *o = &c->offers[(c->offer_first + i) % VS_RDMA_OFFERS];
         if (o->pulling) {
@@ -149,7 +152,7 @@ static void pull(struct vs_rdma_conn *c, struct vs_rdma_offer *o, uint64_t tail)
         uint64_t done = o->pulled + o->pulling;
         uint64_t at = o->pos + done;
         uint64_t ahead = at - tail;
-        if (done == o->len || ahead >= c->rx_size)
+        if (o->direct || done == o->len || ahead >= c->rx_size)
             return;
         uint64_t off = at & (c->rx_size - 1);
         uint64_t run = o->len - done;
@@ -159,7 +162,8 @@ static void pull(struct vs_rdma_conn *c, struct vs_rdma_offer *o, uint64_t tail)
             run = c->rx_size - off;
         if (run > c->rx_size / 4)
             run = c->rx_size / 4;
-        if (vs_rdma_post_read(c, (char *)c->rx.mem + off, o->addr + done, o->rkey, run) != 0)
+        if (vs_rdma_post_read(c, (char *)c->rx.mem + off, c->rx.mr->lkey, o->addr + done, o->rkey,
+                              run) != 0)
             return;
         c->read_len[(c->read_first + c->reads_in_flight) % VS_RDMA_READS] = run;
         c->reads_in_flight++;
@@ -199,4 +203,91 @@ void vs_rdma_offers_consumed(struct vs_rdma_conn *c)
         c->offer_done = true;
     }
     pthread_mutex_unlock(&c->qp_lock);
+}
+
+/* --------------------------------------------------- into the reader's buffer */
+
+/* The offer at the tail, when nothing of it is on its way to the ring and
+ * at least MIN bytes of it are left. (qp_lock) */
+static struct vs_rdma_offer *fresh_at_tail(struct vs_rdma_conn *c, uint64_t min)
+{
+    struct vs_rdma_offer *o = first(c);
+    uint64_t tail = __atomic_load_n(&c->rx_tail, __ATOMIC_ACQUIRE);
+    if (!o || atomic_load(&c->rx_cut) || c->reads_in_flight || o->pulling ||
+        tail != o->pos + o->pulled || o->len - o->pulled < min)
+        return NULL;
+    return o;
+}
+
+/* Posts the READs of RUN bytes of offer O into BUF, in up to VS_RDMA_READS
+ * parts so that the tail (and the sender's credit) moves as each lands.
+ * (qp_lock) */
+static int post_direct(struct vs_rdma_conn *c, struct vs_rdma_offer *o, char *buf, uint32_t lkey,
+                       uint64_t run)
+{
+    uint64_t part = (run + VS_RDMA_READS - 1) / VS_RDMA_READS, at = 0;
+    while (at < run) {
+        uint64_t n = run - at < part ? run - at : part;
+        int rc = vs_rdma_post_read(c, buf + at, lkey, o->addr + o->pulled + at, o->rkey, n);
+        if (rc != 0)
+            return rc;
+        c->read_len[(c->read_first + c->reads_in_flight) % VS_RDMA_READS] = n | DIRECT;
+        c->reads_in_flight++;
+        at += n;
+    }
+    return 0;
+}
+
+ssize_t vs_rdma_zcopy_recv(struct vs_rdma_conn *c, int fd, void *buf, size_t len)
+{
+    uint64_t min = vs_config.rdma_zcopy;
+    if (!min || len < min || !c->offer_count || !c->qp || atomic_load(&c->broken))
+        return 0;
+    pthread_mutex_lock(&c->qp_lock);
+    struct vs_rdma_offer *o = fresh_at_tail(c, min);
+    uint64_t run = o ? o->len - o->pulled : 0;
+    if (run > len)
+        run = len;
+    if (o)
+        o->direct = true; /* the ring pulls none of it meanwhile */
+    pthread_mutex_unlock(&c->qp_lock);
+    if (!o)
+        return 0;
+    struct ibv_mr *mr = ibv_reg_mr(c->pd, buf, run, IBV_ACCESS_LOCAL_WRITE);
+    pthread_mutex_lock(&c->qp_lock);
+    int rc = mr ? post_direct(c, o, buf, mr->lkey, run) : -ENOMEM;
+    pthread_mutex_unlock(&c->qp_lock);
+    /* Until every READ posted is done the buffer is the adapter's: no
+     * timeout or signal ends this wait, only the queue pair's failure. */
+    struct vs_blocking b = {.opt = 0};
+    uint64_t taken = 0;
+    for (;;) {
+        pthread_mutex_lock(&c->qp_lock);
+        uint64_t landed = c->direct_done - taken;
+        if (landed && !atomic_load(&c->rx_cut)) {
+            o->pulled += landed;
+            __atomic_store_n(&c->rx_tail, c->rx_tail + landed, __ATOMIC_SEQ_CST);
+            taken += landed;
+        }
+        bool idle = c->reads_in_flight == 0;
+        pthread_mutex_unlock(&c->qp_lock);
+        if (landed)
+            vs_rdma_credit_read(c);
+        if (idle || atomic_load(&c->broken))
+            break;
+        vs_rdma_wait(c, fd, 0, &b);
+    }
+    pthread_mutex_lock(&c->qp_lock);
+    if (!atomic_load(&c->rx_cut))
+        o->direct = false;
+    c->direct_done = 0;
+    pthread_mutex_unlock(&c->qp_lock);
+    if (mr)
+        ibv_dereg_mr(mr);
+    if (rc < 0 && !taken) {
+        vs_debug("rdma: cannot pull into the reader's buffer (%s): through the ring",
+                 strerror(-rc));
+        return 0;
+    }
+    return (ssize_t)taken;
 }

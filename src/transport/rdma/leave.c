@@ -1,0 +1,343 @@
+/* leave.c - a connection leaving RDMA for TCP, for good (proto.h: CUT).
+ *
+ * Either end may leave: a send stalled on a peer that does not read (a
+ * spill), or a process event the connection cannot follow (exec,
+ * fork, stdio, seccomp: vs_rdma_revert). The leaving end says CUT: "I read
+ * a of yours; my transport data ends where you credited me, b". It resends
+ * on TCP what the peer had not credited, from its send copy; the peer drops
+ * from TCP what it had read on its ring past b, and resends its own from a.
+ * So every byte that was only in a ring goes again on TCP, and neither end
+ * reads its ring after a CUT.
+ *
+ * Crossing: both ends may leave at once (two writers stalled on each
+ * other), each sending its CUT before the other's arrives. Each then
+ * resends from the other's credit, not from where the other read, so each
+ * must drop what it read past that. An end that left therefore reads no
+ * TCP byte before it knows whether the peer's CUT crossed its own. The
+ * peer's CUT is placed before any byte it resends, so the first TCP byte
+ * past the switch point with no CUT in our CQ settles it (vs_rdma_settle).
+ * An end that leaves for good in a process event settles before the event
+ * goes on (settle_now), bounded. */
+#include <errno.h>
+#include <poll.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "config/log.h"
+#include "core/clock.h"
+#include "core/reason.h"
+#include "interpose/real.h"
+#include "transport/rdma/conn.h"
+#include "transport/rdma/rdma.h"
+#include "transport/stream_io.h"
+
+/* How long a step of leaving waits for the peer's memory or bytes: long
+ * enough for a slow peer, bounded for a dead one. */
+#define LEAVE_NS 5000000000L
+/* A blocking send that found the peer's ring full this long leaves RDMA
+ * for TCP: the peer is not reading, and the program may rely on the
+ * kernel's buffers (megabytes) where the ring holds VSOCKET_RDMA_RING. */
+#define SPILL_NS 200000000L
+/* How long an end leaving for good waits for a CUT that may cross its own,
+ * when the peer may be a writer stalled on us (then its 200 ms are up any
+ * moment); otherwise twice its own CUT's round trip, at least this. */
+#define CROSS_WAIT_NS 1000000000L
+#define CROSS_MIN_NS 1000000L
+
+/* ---------------------------------------------------------------- resend */
+
+/* Sends LEN bytes at BUF on TCP, waiting for room as a blocking send. */
+static int tcp_send_all(struct vs_rdma_conn *c, int fd, const char *buf, size_t len)
+{
+    while (len > 0) {
+        ssize_t n = vs_real.send(fd, buf, len, MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EAGAIN) {
+                struct pollfd p = {.fd = fd, .events = POLLOUT};
+                vs_real.poll(&p, 1, 100);
+                continue;
+            }
+            return -errno;
+        }
+        buf += n;
+        len -= (size_t)n;
+        c->st.tcp_tx += (uint64_t)n;
+    }
+    return 0;
+}
+
+/* Resends on TCP our transport data from FROM to our head: from the send
+ * copy, and bytes at [ZPOS, ZPOS + ZLEN) from ZBUF (an offer, not in the
+ * copy). (tx) */
+static int resend(struct vs_rdma_conn *c, int fd, uint64_t from, uint64_t zpos, const void *zbuf,
+                  size_t zlen)
+{
+    uint64_t end = c->tx_head;
+    vs_debug("rdma: resending on TCP %lu bytes the peer did not read (%lu to %lu)",
+             (unsigned long)(end - from), (unsigned long)from, (unsigned long)end);
+    if (from > end || (end - from > c->tx_size && !zbuf)) {
+        atomic_store(&c->st.violated, true);
+        return -ECONNRESET;
+    }
+    while (from < end) {
+        int rc;
+        size_t run;
+        if (zbuf && from >= zpos && from < zpos + zlen) {
+            run = (size_t)(zpos + zlen - from);
+            rc = tcp_send_all(c, fd, (const char *)zbuf + (from - zpos), run);
+        } else {
+            uint64_t off = from & (c->tx_size - 1);
+            uint64_t stop = zbuf && from < zpos ? zpos : end;
+            run = (size_t)(stop - from);
+            if (run > c->tx_size - off)
+                run = (size_t)(c->tx_size - off);
+            rc = tcp_send_all(c, fd, (char *)c->tx.mem + off, run);
+        }
+        if (rc < 0)
+            return rc;
+        from += run;
+    }
+    return 0;
+}
+
+int vs_rdma_answer_cut(struct vs_rdma_conn *c, int fd, uint64_t zpos, const void *zbuf, size_t zlen)
+{
+    if (!atomic_load(&c->st.tx_revert_pending) || atomic_load(&c->st.tx_back_on_tcp))
+        return 0;
+    int rc = atomic_load(&c->st.tx_switched)
+                 ? resend(c, fd, c->st.tx_revert_consumed, zpos, zbuf, zlen)
+                 : 0;
+    atomic_store(&c->st.tx_back_on_tcp, true);
+    return rc;
+}
+
+/* The peer left: what it had not read goes on TCP at once, not at our next
+ * send (which may never come: a program done sending waits to read).
+ * Called from every call on the connection. */
+void vs_rdma_revert_if_asked(struct vs_rdma_conn *c, int fd)
+{
+    if (!atomic_load(&c->st.tx_revert_pending) || atomic_load(&c->st.tx_back_on_tcp) ||
+        pthread_mutex_trylock(&c->tx_lock) != 0)
+        return;
+    vs_rdma_answer_cut(c, fd, 0, NULL, 0);
+    pthread_mutex_unlock(&c->tx_lock);
+}
+
+/* ----------------------------------------------------------------- leave */
+
+/* Says CUT and waits until it is placed: the peer sees it before any READ
+ * of an offer's buffer the program may reuse, and before any byte we
+ * resend (from *FROM, what the peer credited; a crossing CUT of the peer's
+ * does not change it). 0, -EAGAIN not said, -ECONNRESET the queue pair
+ * failed (the peer's host or device is gone: TCP would only wait for it a
+ * quarter of an hour). (tx, rx, ctl) */
+static int say_cut(struct vs_rdma_conn *c, uint64_t *from)
+{
+    uint64_t credited = vs_rdma_peer_tail(c);
+    struct vs_rdma_msg m = {.type = VS_RDMA_MSG_CUT, .a = c->rx_tail, .b = credited};
+    if (vs_rdma_post_msg(c, &m) < 0)
+        return -EAGAIN;
+    vs_debug("rdma: CUT: we read %lu, resending ours from %lu", (unsigned long)m.a,
+             (unsigned long)m.b);
+    if (!vs_rdma_wait_placed(c, LEAVE_NS) && atomic_load(&c->broken))
+        return -ECONNRESET;
+    *from = credited;
+    atomic_store(&c->rx_unsettled, true);
+    atomic_store(&c->st.rx_back_on_tcp, true);
+    return 0;
+}
+
+void vs_rdma_stall(struct vs_rdma_conn *c, bool full)
+{
+    uint64_t tail = vs_rdma_peer_tail(c);
+    if (!full) {
+        atomic_store(&c->tx_stall_ns, 0);
+    } else if (!atomic_load(&c->tx_stall_ns) || tail != atomic_load(&c->tx_stall_tail)) {
+        atomic_store(&c->tx_stall_tail, tail);
+        atomic_store(&c->tx_stall_ns, vs_now_ns());
+    }
+}
+
+bool vs_rdma_stalled(struct vs_rdma_conn *c)
+{
+    long since = atomic_load(&c->tx_stall_ns);
+    return since && vs_rdma_peer_tail(c) == atomic_load(&c->tx_stall_tail) &&
+           vs_now_ns() - since > SPILL_NS;
+}
+
+int vs_rdma_spill(struct vs_rdma_conn *c, int fd, uint64_t zpos, const void *zbuf, size_t zlen)
+{
+    /* Not now: again after another stall, not at every wake-up (nor in a
+     * loop of a non-blocking writer told it may write). */
+    atomic_store(&c->tx_stall_ns, vs_now_ns());
+    if (pthread_mutex_trylock(&c->rx_lock) != 0)
+        return 0; /* a reader is busy (and drains the peer) */
+    pthread_mutex_lock(&c->ctl_lock);
+    vs_rdma_poll(c);
+    /* The peer left first: the caller answers its CUT. */
+    uint64_t from = 0;
+    int rc = atomic_load(&c->st.tx_revert_pending) ? -EAGAIN : say_cut(c, &from);
+    pthread_mutex_unlock(&c->ctl_lock);
+    pthread_mutex_unlock(&c->rx_lock);
+    if (rc == -EAGAIN)
+        return 0;
+    if (rc < 0)
+        return rc;
+    vs_info("rdma: the peer has not read for %ld ms: the rest of this connection goes on TCP",
+            SPILL_NS / 1000000);
+    /* Resent before the connection is marked gone: until then other
+     * senders wait for the send lock instead of overtaking on TCP. */
+    rc = resend(c, fd, from, zpos, zbuf, zlen);
+    atomic_store(&c->st.tx_back_on_tcp, true);
+    pthread_mutex_lock(&c->ctl_lock);
+    vs_rdma_conn_fail(c, VS_REASON_SPILLED);
+    pthread_mutex_unlock(&c->ctl_lock);
+    return rc < 0 ? rc : 1;
+}
+
+/* ---------------------------------------------------------------- settle */
+
+/* The peer's CUT, once: it resends from what we credited, so the TCP
+ * bytes up to our tail are ones we read already. (rx) */
+static int take_cut(struct vs_rdma_conn *c)
+{
+    if (!atomic_load_explicit(&c->rx_cut, memory_order_acquire) || c->cut_taken)
+        return 0;
+    c->cut_taken = true;
+    uint64_t from = c->st.rx_revert_at;
+    if (c->rx_tail < from) {
+        atomic_store(&c->st.violated, true);
+        return -ECONNRESET;
+    }
+    c->rx_skip = c->rx_tail - from;
+    atomic_store(&c->st.rx_back_on_tcp, true);
+    return 0;
+}
+
+/* Drops the TCP bytes we had read on the ring already. 1 done, 0 more to
+ * come, -errno. (rx) */
+static int skip_tcp(struct vs_rdma_conn *c, int fd)
+{
+    char junk[4096];
+    while (c->rx_skip > 0) {
+        size_t want = c->rx_skip < sizeof(junk) ? (size_t)c->rx_skip : sizeof(junk);
+        ssize_t n = vs_real.recv(fd, junk, want, MSG_DONTWAIT);
+        if (n == 0)
+            return -ECONNRESET; /* the peer promised these bytes */
+        if (n < 0)
+            return errno == EAGAIN ? 0 : -errno;
+        c->rx_skip -= (uint64_t)n;
+        c->st.tcp_rx += (uint64_t)n;
+    }
+    return 1;
+}
+
+/* Whether the peer's TCP bytes (or end) past its switch point are here:
+ * it sends them only after its CUT, if any, is placed in our memory. */
+static bool peer_spoke_on_tcp(struct vs_rdma_conn *c, int fd)
+{
+    /* A peer that never switched has nothing on our ring to cut. */
+    if (!atomic_load(&c->st.rx_switch_known))
+        return true;
+    uint64_t before_switch =
+        c->st.rx_switch_at > c->st.tcp_rx ? c->st.rx_switch_at - c->st.tcp_rx : 0;
+    int queued = 0;
+    if (syscall(SYS_ioctl, fd, FIONREAD, &queued) == 0 && (uint64_t)queued > before_switch)
+        return true;
+    return before_switch == 0 && vs_tcp_peek(fd) != -EAGAIN; /* its end, or an error */
+}
+
+int vs_rdma_settle(struct vs_rdma_conn *c, int fd)
+{
+    for (;;) {
+        if (atomic_load(&c->rx_unsettled) && atomic_load(&c->rx_cut) && !c->cut_taken)
+            vs_info("rdma: the peer left rdma when we did: dropping the %lu bytes it resends "
+                    "that we had read",
+                    (unsigned long)(c->rx_tail - c->st.rx_revert_at));
+        int rc = take_cut(c);
+        if (rc < 0)
+            return rc;
+        if (c->cut_taken)
+            atomic_store(&c->rx_unsettled, false); /* the peer's CUT says it all */
+        if (c->rx_skip && (rc = skip_tcp(c, fd)) <= 0)
+            return rc;
+        if (!atomic_load(&c->rx_unsettled))
+            return 1;
+        if (!peer_spoke_on_tcp(c, fd))
+            return 0;
+        vs_rdma_poll(c);
+        if (!atomic_load_explicit(&c->rx_cut, memory_order_acquire)) {
+            atomic_store(&c->rx_unsettled, false); /* no crossing */
+            return 1;
+        }
+    }
+}
+
+/* Whether the peer may be a writer stalled on our ring (or on an offer we
+ * hold), about to leave by itself. */
+static bool peer_may_leave(struct vs_rdma_conn *c)
+{
+    return atomic_load(&c->rx_head) - atomic_load(&c->rx_credited) >= c->rx_size ||
+           atomic_load(&c->peer_waits) || c->offer_count > 0;
+}
+
+/* Settles before a process event: a crossing CUT comes within CROSS_NS,
+ * the bytes it promises within LEAVE_NS. Past those the connection ends
+ * (both ways shut down) rather than hand the program a byte twice. (rx) */
+static void settle_now(struct vs_rdma_conn *c, int fd, long cross_ns)
+{
+    long start = vs_now_ns();
+    int rc;
+    while ((rc = vs_rdma_settle(c, fd)) == 0) {
+        long waited = vs_now_ns() - start;
+        if (!c->rx_skip && waited >= cross_ns) {
+            atomic_store(&c->rx_unsettled, false);
+            return;
+        }
+        if (waited >= LEAVE_NS)
+            break;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        vs_real.poll(&p, 1, 1);
+    }
+    if (rc == 1)
+        return;
+    vs_warn("rdma: the peer did not resend what it promised on leaving rdma: ending the "
+            "connection");
+    vs_real.shutdown(fd, SHUT_RDWR);
+    atomic_store(&c->rx_unsettled, false);
+    c->rx_skip = 0;
+}
+
+void vs_rdma_revert(struct vs_rdma_conn *c, int fd, const char *reason)
+{
+    if (fd < 0)
+        fd = c->hold_fd;
+    pthread_mutex_lock(&c->tx_lock);
+    pthread_mutex_lock(&c->rx_lock);
+    pthread_mutex_lock(&c->ctl_lock);
+    vs_rdma_poll(c);
+    long start = vs_now_ns(), took = 0;
+    uint64_t from = 0;
+    int said = -EAGAIN;
+    if (vs_rdma_done(c) && !atomic_load(&c->broken) && fd >= 0 &&
+        !atomic_load(&c->st.tx_revert_pending)) {
+        said = say_cut(c, &from);
+        took = vs_now_ns() - start;
+    }
+    pthread_mutex_unlock(&c->ctl_lock);
+    if (said == 0) {
+        resend(c, fd, from, 0, NULL, 0);
+        atomic_store(&c->st.tx_back_on_tcp, true);
+    } else if (fd >= 0) {
+        vs_rdma_answer_cut(c, fd, 0, NULL, 0);
+    }
+    if (fd >= 0) {
+        long cross_ns = peer_may_leave(c) ? CROSS_WAIT_NS : 2 * took;
+        settle_now(c, fd, cross_ns > CROSS_MIN_NS ? cross_ns : CROSS_MIN_NS);
+    }
+    pthread_mutex_unlock(&c->rx_lock);
+    pthread_mutex_unlock(&c->tx_lock);
+    vs_rdma_conn_fail(c, reason);
+}
