@@ -47,6 +47,8 @@ struct vs_sock {
     /* VS_SOCK_SNDBUF_SET | VS_SOCK_RCVBUF_SET: the program sized those
      * buffers itself (setsockopt), so the kernel would not autotune them. */
     _Atomic unsigned bufs_set;
+    /* SO_LINGER {1, 0}: the program's close resets the connection. */
+    _Atomic bool linger0;
     /* Unique per socket ever created in this process: tells a socket from a
      * later one that reuses this object (readiness keeps fd -> socket
      * records that may outlive the socket). */

@@ -186,6 +186,19 @@ static void note_buffer_size(int fd, int name)
     }
 }
 
+/* A close with SO_LINGER 0 resets the connection: a transport whose bytes
+ * the kernel does not see must say so itself (the option is gone with the
+ * socket by the time the transport lets go of it). */
+static void note_linger(int fd, const void *value, socklen_t len)
+{
+    struct vs_sock *s = value && len >= sizeof(struct linger) ? vs_fd_peek(fd) : NULL;
+    if (s) {
+        const struct linger *l = value;
+        atomic_store(&s->linger0, l->l_onoff && l->l_linger == 0);
+        vs_sock_put(s);
+    }
+}
+
 VS_EXPORT int setsockopt(int fd, int level, int name, const void *value, socklen_t len)
 {
     VS_REAL_READY();
@@ -194,6 +207,8 @@ VS_EXPORT int setsockopt(int fd, int level, int name, const void *value, socklen
     if (r == 0 && level == SOL_SOCKET) {
         int saved = errno;
         note_buffer_size(fd, name);
+        if (name == SO_LINGER)
+            note_linger(fd, value, len);
         errno = saved;
     }
     return r;

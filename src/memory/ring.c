@@ -28,6 +28,10 @@ struct shared_epoch {
  * by one never invalidates a line the other is polling, apart from the
  * cursor it waits for. Cursors run freely on 64 bits: head - tail is the
  * number of unread bytes, without wrap ambiguity. */
+/* writer_closed: the producer's close reset the connection (the reader
+ * gets ECONNRESET once the ring is empty, as from a TCP reset). */
+#define RESET 2u
+
 struct vs_ring_shared {
     /* Written once by the creator. */
     alignas(64) uint32_t magic;
@@ -38,7 +42,7 @@ struct vs_ring_shared {
     uint64_t rcv;
     /* Written by the producer. */
     alignas(64) _Atomic uint64_t head; /* bytes ever published */
-    _Atomic uint32_t writer_closed;
+    _Atomic uint32_t writer_closed;    /* 1 closed, RESET closed with a reset */
     _Atomic uint64_t epochs; /* epochs ever started; epoch n is in epoch[n % VS_RING_EPOCHS] */
     /* Written by the consumer. */
     alignas(64) _Atomic uint64_t tail; /* bytes ever consumed */
@@ -572,10 +576,10 @@ ssize_t vs_ring_read(struct vs_ring *r, const struct iovec *iov, int iovcnt, int
     struct vs_ring_shared *sh = r->sh;
     /* The flag before the cursor: the writer sets it after its last
      * publication, so seeing it guarantees we see every byte. */
-    int closed = atomic_load_explicit(&sh->writer_closed, memory_order_acquire) != 0;
+    uint32_t closed = atomic_load_explicit(&sh->writer_closed, memory_order_acquire);
     int64_t avail = consumer_avail(r);
     if (avail <= 0)
-        return avail < 0 ? avail : closed ? 0 : -EAGAIN;
+        return avail < 0 ? avail : closed == RESET ? -ECONNRESET : closed ? 0 : -EAGAIN;
     /* After the head: every epoch below it is published. */
     uint64_t epochs = atomic_load_explicit(&sh->epochs, memory_order_acquire);
     ssize_t n = epochs == r->ep.seq + 1
@@ -610,9 +614,9 @@ ssize_t vs_ring_room(struct vs_ring *r)
     return used < 0 ? used : (ssize_t)region_room(r, (uint64_t)used);
 }
 
-void vs_ring_close_writer(struct vs_ring *r)
+void vs_ring_close_writer(struct vs_ring *r, bool reset)
 {
-    atomic_store_explicit(&r->sh->writer_closed, 1, memory_order_release);
+    atomic_store_explicit(&r->sh->writer_closed, reset ? RESET : 1, memory_order_release);
     vs_event_signal(&r->sh->data);
 }
 

@@ -160,8 +160,9 @@ ssize_t vs_ring_writable(struct vs_ring *r);
  * or -EPROTO. */
 ssize_t vs_ring_room(struct vs_ring *r);
 
-/* The producer shuts down: the consumer reads what is left, then 0. */
-void vs_ring_close_writer(struct vs_ring *r);
+/* The producer shuts down: the consumer reads what is left, then 0 (end of
+ * stream), or -ECONNRESET when RESET (a close that resets, as TCP's RST). */
+void vs_ring_close_writer(struct vs_ring *r, bool reset);
 
 /* The consumer is gone: the producer's writes fail with -EPIPE. */
 void vs_ring_close_reader(struct vs_ring *r);

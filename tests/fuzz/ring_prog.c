@@ -361,7 +361,7 @@ static void step(struct ring_prog *p, struct fz_in *in)
         break;
     case 5:
         FZ_TRACE("close_writer\n");
-        vs_ring_close_writer(p->prod);
+        vs_ring_close_writer(p->prod, false);
         p->writer_closed = true;
         break;
     case 6:

@@ -564,11 +564,9 @@ def test_close_with_data_in_flight(family):
 
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("how", ["linger0", "unread"])
-def test_close_resets(family, how, request):
+def test_close_resets(family, how):
     """close() with SO_LINGER 0, or with received bytes left unread, sends a
     reset: the peer's recv fails with ECONNRESET (not end of stream)."""
-    request.applymarker(xfail_on("shm", "close() of a shm connection with SO_LINGER 0 or "
-                                 "unread bytes ends the peer's stream cleanly (FIN), not with a reset"))
     res = need_results(run_pair(f"close_{how}", family))["b"]
     assert res["outcome"] == "reset", res
     assert res["took_s"] < T(2.0), res

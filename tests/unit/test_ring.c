@@ -261,7 +261,7 @@ static void test_eof_and_epipe(void)
     unsigned char buf[4096] = {1, 2, 3};
     struct vs_wait_opts now = {.timeout_ns = 0, .watch_fd = -1};
     CHECK_EQ(write1(&p, buf, 3000), 3000);
-    vs_ring_close_writer(&p);
+    vs_ring_close_writer(&p, false);
     CHECK_EQ(write1(&p, buf, 1), -EPIPE);
     CHECK(vs_ring_peer_closed(&c));
     CHECK_EQ(vs_ring_wait(&c, &now), 0);
@@ -331,7 +331,7 @@ static void *produce(void *arg)
         }
     }
 out:
-    vs_ring_close_writer(s->ring);
+    vs_ring_close_writer(s->ring, false);
     free(buf);
     return NULL;
 }
@@ -387,8 +387,8 @@ static void stream_threads(struct vs_ring_size size, uint64_t limit, long spin_n
            (unsigned long long)peek64(&p, OFF_EPOCHS), tx.errors + rx.errors);
     if (stall)
         /* It grew (the reader stalls): how often depends on the scheduling, and
-     * a loaded machine under ASan saw 7, so no more than that is asked. */
-    CHECK(peek64(&p, OFF_EPOCHS) > 2u);
+         * a loaded machine under ASan saw 7, so no more than that is asked. */
+        CHECK(peek64(&p, OFF_EPOCHS) > 2u);
     CHECK_EQ(tx.errors, 0);
     CHECK_EQ(rx.errors, 0);
     CHECK_EQ(rx.bytes, tx.bytes);

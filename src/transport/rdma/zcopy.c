@@ -284,6 +284,8 @@ ssize_t vs_rdma_zcopy_recv(struct vs_rdma_conn *c, int fd, void *buf, size_t len
     pthread_mutex_unlock(&c->qp_lock);
     if (mr)
         ibv_dereg_mr(mr);
+    vs_debug("rdma: pulled %lu bytes of an offer straight into the reader's buffer",
+             (unsigned long)taken);
     if (rc < 0 && !taken) {
         vs_debug("rdma: cannot pull into the reader's buffer (%s): through the ring",
                  strerror(-rc));

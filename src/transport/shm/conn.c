@@ -167,8 +167,10 @@ void vs_shm_release(struct vs_sock *s)
     bool last = atomic_fetch_sub(&c->holders, 1) == 1;
     vs_plock_lock(&c->ctl_lock);
     bool rx_ready = atomic_load(&c->rx_ready), tx_ready = atomic_load(&c->tx_ready);
+    /* As the kernel: SO_LINGER 0, or received bytes left unread, reset. */
+    bool reset = last && (atomic_load(&s->linger0) || (rx_ready && vs_ring_readable(&c->rx) > 0));
     if (last && tx_ready)
-        vs_ring_close_writer(&c->tx);
+        vs_ring_close_writer(&c->tx, reset);
     if (last && rx_ready)
         vs_ring_close_reader(&c->rx);
     if (last && c->chan >= 0)

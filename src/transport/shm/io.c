@@ -197,7 +197,7 @@ ssize_t vs_shm_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags)
                 vs_debug("recv fd %d: ring EOF at %lu", fd, (unsigned long)c->rx.pos);
                 break;
             }
-            if (n == -EPROTO) {
+            if (n == -EPROTO || n == -ECONNRESET) {
                 err = ECONNRESET;
                 break;
             }
@@ -524,7 +524,7 @@ int vs_shm_shutdown(struct vs_sock *s, int fd, int how)
     if (how != SHUT_RD) {
         vs_plock_lock(&c->tx_lock);
         if (vs_shm_tx_on_ring(c)) {
-            vs_ring_close_writer(&c->tx);
+            vs_ring_close_writer(&c->tx, false);
             vs_shm_send_msg(c, VS_MSG_WAKE, 0, 0);
         } else {
             c->st.tx_shut = true;
