@@ -89,7 +89,7 @@ def build(R, S, H, I, notes):
     # ----- bandwidth
     out.append("**Bandwidth**: Gb/s (vsocket-sweep stream, receiver's rate, one connection, writes of SIZE bytes, after 50 warm-up"
                " round trips; rstream: its Gb/sec; perftest ib_write_bw: BW average). Ratio > 1: vsocket faster."
-               " vsocket rdma runs with its defaults (zero copy from 64 KiB: VSOCKET_RDMA_ZCOPY); \"copy path\": the same with"
+               " vsocket rdma runs with its defaults (zero copy from 1 MiB: VSOCKET_RDMA_ZCOPY); \"copy path\": the same with"
                " VSOCKET_RDMA_ZCOPY=0; \"zc/copy\": the ratio, stream and ping-pong (round trip, copy ÷ zero copy).")
     out.append("")
     out.append("| size | kernel TCP | rsocket preload | **vsocket rdma** | rstream | ib_write_bw | copy path | zc/copy (stream, ping-pong) | vs/kernel | vs/rsocket | vs/rstream | vs/ib_write_bw | ≥ rsocket? | ≥ 0.9 ib_write_bw? |")

@@ -58,7 +58,7 @@ enum vs_peer_policy { VS_PEERS_ANY, VS_PEERS_SAME_UID, VS_PEERS_LIST };
 #define VS_RDMA_INLINE_MAX 1024ul
 /* VSOCKET_RDMA_ZCOPY: blocking sends from this size are pulled by the peer
  * (RDMA READ) instead of copied; 0 turns it off. bench/RESULTS.md: sweep. */
-#define VS_RDMA_ZCOPY_DEFAULT (64ul << 10)
+#define VS_RDMA_ZCOPY_DEFAULT (1ul << 20)
 #define VS_RDMA_ZCOPY_MAX (1ul << 30)
 #define VS_RDMA_PEER_CACHE_S_DEFAULT 60ul
 #define VS_RDMA_PEER_CACHE_S_MAX 86400ul
