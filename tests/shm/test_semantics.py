@@ -486,6 +486,15 @@ def test_both_write_before_reading(family):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
+def test_both_write_before_reading_nonblocking(family):
+    """The same with non-blocking sockets that wait in select for
+    writability: a ring that stays full must not leave them waiting for
+    ever where the kernel's buffers would have taken the bytes."""
+    res = need_results(run_pair("write_first_nonblocking", family, may_spill=True))
+    assert res["a"]["bytes"] == res["b"]["bytes"] == 1 << 20
+
+
+@pytest.mark.parametrize("family", FAMILIES)
 def test_nonblocking(family):
     res = need_results(run_pair("io_nonblocking", family))
     assert res["a"]["filled"] > 0

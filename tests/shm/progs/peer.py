@@ -458,6 +458,45 @@ def _(s, ctl):
     return _write_first(s, ctl, 72, 71)
 
 
+def _write_first_nonblocking(s, ctl, mine, theirs):
+    """The same on non-blocking sockets that wait for writability (as Go,
+    Node and asyncio programs do), never in send."""
+    s.setblocking(False)
+    ctl.sync("go")
+    out = memoryview(data(mine, WRITE_FIRST_BYTES))
+    deadline = time.monotonic() + T(30)
+    while out:
+        expect(time.monotonic() < deadline, f"{len(out)} bytes never became writable")
+        select.select([], [s], [], T(1))
+        try:
+            out = out[s.send(out):]
+        except BlockingIOError:
+            pass
+    got = bytearray()
+    while len(got) < WRITE_FIRST_BYTES:
+        expect(time.monotonic() < deadline, f"received {len(got)} bytes only")
+        select.select([s], [], [], T(1))
+        try:
+            c = s.recv(1 << 20)
+        except BlockingIOError:
+            continue
+        expect(c, f"EOF after {len(got)} bytes")
+        got += c
+    expect(sha(got) == sha(data(theirs, WRITE_FIRST_BYTES)),
+           f"{len(got)} bytes written before reading: checksum mismatch")
+    return {"bytes": len(got)}
+
+
+@scenario("write_first_nonblocking")
+def _(s, ctl):
+    return _write_first_nonblocking(s, ctl, 73, 74)
+
+
+@_.b
+def _(s, ctl):
+    return _write_first_nonblocking(s, ctl, 74, 73)
+
+
 @scenario("io_vector")
 def _(s, ctl):
     # gather on b, scatter here
