@@ -765,6 +765,16 @@ def test_fork_child_serves(family):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
+def test_fork_while_reading(family):
+    """fork in one thread while another sleeps in recv on the connection:
+    the fork does not wait for data (rdma: the connection leaves for TCP at
+    fork, and the reader lets go of the connection for it)."""
+    end = "kernel" if RDMA else TRANSPORT
+    res = need_results(run_pair("fork_while_reading", family, end_transport=end))
+    assert res["a"]["fork_s"] < T(1.0), res["a"]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
 def test_two_threads_send(family):
     res = need_results(run_pair("threads_send", family))
     assert "switches" in res["b"]

@@ -142,6 +142,9 @@ struct vs_rdma_conn {
      * switch: look at it before reporting an empty ring. */
     _Atomic bool tcp_event;
     _Atomic int sleepers;
+    /* Threads leaving RDMA (fork, exec in another thread) waiting for the
+     * send and receive locks: a call asleep with one lets go of it. */
+    _Atomic int yield_asked;
 
     /* A descriptor of our own for the TCP socket while on RDMA: the
      * program's close must not send the FIN before the bytes it wrote are
@@ -229,6 +232,10 @@ bool vs_rdma_stalled(struct vs_rdma_conn *c);
  * credit (an offer out: ZLEN bytes at ZPOS are at ZBUF). 1 left (the rest
  * goes on TCP), 0 not now, -errno. */
 int vs_rdma_spill(struct vs_rdma_conn *c, int fd, uint64_t zpos, const void *zbuf, size_t zlen);
+/* A call asleep holding LOCK lets go of it while a thread leaving RDMA
+ * waits for it (the sleep is at most a slice, so it comes soon). Whether it
+ * did: then the caller looks at the connection again. */
+bool vs_rdma_yield(struct vs_rdma_conn *c, pthread_mutex_t *lock);
 /* Before reading TCP after a CUT (the peer's or ours): drops what the peer
  * resends that we read on the ring already, once it is known. 1 go on, 0
  * wait for TCP, -errno. (rx) */

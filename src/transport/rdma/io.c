@@ -367,12 +367,12 @@ ssize_t vs_rdma_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags
         }
         /* Asleep with the lock: a writer thread of the process cannot
          * leave RDMA meanwhile, and need not (this reader drains the peer,
-         * so no two programs wait on each other's writes); a spill is also
-         * the one step whose crossing with the peer's can lose bytes (docs:
-         * "Limitations"). */
+         * so no two programs wait on each other's writes). Only a thread
+         * leaving for a process event (fork) takes it meanwhile. */
         int rc = vs_rdma_wait(c, fd, POLLIN | POLLRDHUP, &b);
         if (rc < 0 && (err = vs_wait_failed(rc, &b)) != 0)
             break;
+        vs_rdma_yield(c, &c->rx_lock);
     }
     pthread_mutex_unlock(&c->rx_lock);
     if (total > 0)
@@ -485,6 +485,8 @@ static ssize_t rdma_send(struct vs_rdma_conn *c, int fd, const struct iovec *iov
             int err = rc < 0 ? vs_wait_failed(rc, &b) : 0;
             if (err)
                 return total ? (ssize_t)total : -err;
+            if (atomic_load(&c->yield_asked))
+                return -EINPROGRESS; /* the caller lets go of the send lock */
             continue;
         }
         size_t run = iov[i].iov_len - in_iov;
@@ -499,6 +501,8 @@ static ssize_t rdma_send(struct vs_rdma_conn *c, int fd, const struct iovec *iov
             int err = w < 0 ? vs_wait_failed(w, &b) : 0;
             if (err)
                 return total ? (ssize_t)total : -err;
+            if (atomic_load(&c->yield_asked))
+                return -EINPROGRESS;
             continue;
         }
         if (rc < 0)
@@ -545,9 +549,17 @@ ssize_t vs_rdma_sendmsg(struct vs_sock *s, int fd, const struct msghdr *msg, int
         n = rdma_send(c, fd, msg->msg_iov, (int)msg->msg_iovlen, flags);
         if (n == -ESTALE)
             continue; /* the peer left RDMA: the rest goes on TCP */
+        if (n == -EINPROGRESS) {
+            /* Asleep while another thread leaves RDMA: look again after. */
+            vs_rdma_yield(c, &c->tx_lock);
+            continue;
+        }
         break;
     }
     pthread_mutex_unlock(&c->tx_lock);
+    /* The peer's CUT came during the send: say so now, not at the next call. */
+    if (atomic_load(&c->st.rx_reverted))
+        vs_rdma_sync(s, fd);
     if (n < 0) {
         errno = (int)-n;
         return -1;

@@ -23,6 +23,7 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "config/log.h"
@@ -310,10 +311,26 @@ static void settle_now(struct vs_rdma_conn *c, int fd, long cross_ns)
     c->rx_skip = 0;
 }
 
+bool vs_rdma_yield(struct vs_rdma_conn *c, pthread_mutex_t *lock)
+{
+    if (!atomic_load(&c->yield_asked))
+        return false;
+    pthread_mutex_unlock(lock);
+    while (atomic_load(&c->yield_asked)) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    pthread_mutex_lock(lock);
+    return true;
+}
+
 void vs_rdma_revert(struct vs_rdma_conn *c, int fd, const char *reason)
 {
     if (fd < 0)
         fd = c->hold_fd;
+    /* A thread may sleep in recv or send holding a lock (seen: a fork
+     * waiting for a reader's data): it lets go at its next wake-up. */
+    atomic_fetch_add(&c->yield_asked, 1);
     pthread_mutex_lock(&c->tx_lock);
     pthread_mutex_lock(&c->rx_lock);
     pthread_mutex_lock(&c->ctl_lock);
@@ -337,7 +354,8 @@ void vs_rdma_revert(struct vs_rdma_conn *c, int fd, const char *reason)
         long cross_ns = peer_may_leave(c) ? CROSS_WAIT_NS : 2 * took;
         settle_now(c, fd, cross_ns > CROSS_MIN_NS ? cross_ns : CROSS_MIN_NS);
     }
+    vs_rdma_conn_fail(c, reason);
     pthread_mutex_unlock(&c->rx_lock);
     pthread_mutex_unlock(&c->tx_lock);
-    vs_rdma_conn_fail(c, reason);
+    atomic_fetch_sub(&c->yield_asked, 1);
 }

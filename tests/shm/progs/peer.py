@@ -1795,6 +1795,41 @@ def _(s, ctl):
     return {"t_eof": t_eof}
 
 
+@scenario("fork_while_reading")
+def _(s, ctl):
+    """A thread sleeps in recv while another thread forks (a program that
+    runs a subprocess): the fork must not wait for the reader's data."""
+    got = {}
+
+    def reader():
+        try:
+            got["data"] = recv_exact(s, 100)
+        except BaseException as e:
+            got["error"] = repr(e)
+
+    t = threading.Thread(target=reader)
+    t.start()
+    time.sleep(0.3)                   # the reader is asleep in recv
+    t0 = time.monotonic()
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    fork_s = time.monotonic() - t0
+    os.waitpid(pid, 0)
+    ctl.sync("forked")
+    t.join(T(10))
+    expect(not t.is_alive(), "the reader never got the 100 bytes")
+    expect(got.get("data") == data(211, 100), f"the reader got {got}")
+    return {"fork_s": fork_s}
+
+
+@_.b
+def _(s, ctl):
+    ctl.sync("forked")
+    s.sendall(data(211, 100))
+    return {}
+
+
 @scenario("threads_send")
 def _(s, ctl):
     per_thread = 400
