@@ -152,10 +152,14 @@ static int say_cut(struct vs_rdma_conn *c, uint64_t *from)
 
 void vs_rdma_stall(struct vs_rdma_conn *c, bool full)
 {
-    uint64_t tail = vs_rdma_peer_tail(c);
+    /* Called at every send: no store when there is nothing to clear. */
     if (!full) {
-        atomic_store(&c->tx_stall_ns, 0);
-    } else if (!atomic_load(&c->tx_stall_ns) || tail != atomic_load(&c->tx_stall_tail)) {
+        if (atomic_load_explicit(&c->tx_stall_ns, memory_order_relaxed))
+            atomic_store(&c->tx_stall_ns, 0);
+        return;
+    }
+    uint64_t tail = vs_rdma_peer_tail(c);
+    if (!atomic_load(&c->tx_stall_ns) || tail != atomic_load(&c->tx_stall_tail)) {
         atomic_store(&c->tx_stall_tail, tail);
         atomic_store(&c->tx_stall_ns, vs_now_ns());
     }
