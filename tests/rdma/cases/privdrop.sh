@@ -94,11 +94,11 @@ PY
 # run_pair NAME PORT SERVER_MEMLOCK CLIENT_MEMLOCK: starts both, leaves $cli running.
 run_pair() {
   local name=$1 p=$2
-  vs_run python3 "$tmp/server.py" "$IP" $p "$3" >"$tmp/$name-server.log" 2>&1 &
+  vs_run python3 "$tmp/server.py" "$IP" "$p" "$3" >"$tmp/$name-server.log" 2>&1 &
   pids+=("$!")
-  wait_port $p
+  wait_port "$p"
   vs_run setpriv --reuid=daemon --regid=daemon --clear-groups prlimit --memlock="$4" \
-    python3 "$tmp/client.py" "$IP" $p $conns $size "$tmp/$name.stop" >"$tmp/$name-client.log" 2>&1 &
+    python3 "$tmp/client.py" "$IP" "$p" $conns $size "$tmp/$name.stop" >"$tmp/$name-client.log" 2>&1 &
   cli=$!
   pids+=("$cli")
 }
