@@ -138,7 +138,12 @@ static int say_cut(struct vs_rdma_conn *c, uint64_t *from)
 {
     uint64_t credited = vs_rdma_peer_tail(c);
     struct vs_rdma_msg m = {.type = VS_RDMA_MSG_CUT, .a = c->rx_tail, .b = credited};
-    if (vs_rdma_post_msg(c, &m) < 0)
+    int rc = vs_rdma_post_msg(c, &m);
+    /* A full send queue has room once what it holds is placed: without the
+     * CUT the peer would go on reading its ring while we send on TCP. */
+    if (rc == -EAGAIN && vs_rdma_wait_placed(c, LEAVE_NS))
+        rc = vs_rdma_post_msg(c, &m);
+    if (rc < 0)
         return -EAGAIN;
     vs_debug("rdma: CUT: we read %lu, resending ours from %lu", (unsigned long)m.a,
              (unsigned long)m.b);
