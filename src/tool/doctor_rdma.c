@@ -487,6 +487,29 @@ static void report_memlock(struct verdict *v)
         say(v, conns ? WARN : PROBLEM, reason, "%s: %s", what, fix);
 }
 
+/* A connection on RDMA holds two descriptors besides the program's socket
+ * (its completion channel, and a hold on the socket for close), against the
+ * same RLIMIT_NOFILE as the program's own. */
+static void report_nofile(struct verdict *v)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
+        return;
+    unsigned long long conns = rl.rlim_cur / 3;
+    char what[256];
+    snprintf(what, sizeof(what),
+             "RLIMIT_NOFILE %llu holds ~%llu connections on RDMA per process (each takes 3 "
+             "descriptors: the socket, its completion channel, a hold on the socket)",
+             (unsigned long long)rl.rlim_cur, conns);
+    if (conns >= CONNS_WANTED)
+        say(v, OK, NULL, "open files: %s", what);
+    else
+        say(v, WARN, "open files limit too small for many connections",
+            "%s: raise it where the programs start: `ulimit -n`, nofile in "
+            "/etc/security/limits.conf, or LimitNOFILE= (systemd)",
+            what);
+}
+
 /* Verbs providers (one per driver: librxe, libmlx5, ...) live in a
  * libibverbs/ directory next to libibverbs.so.1; without them it finds no
  * device at all. */
@@ -564,6 +587,7 @@ int vs_doctor_rdma(void)
     const struct port *use = report_ports(&v, ports, n);
     report_access(&v, ports, n, use);
     report_memlock(&v);
+    report_nofile(&v);
     report_libraries(&v);
     report_result(&v, use);
     return v.problems;
