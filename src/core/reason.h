@@ -55,6 +55,9 @@
 #define VS_REASON_HANDSHAKE_TIMEOUT "handshake-timeout"
 /* A descriptor, memory or a message could not be had for the upgrade. */
 #define VS_REASON_NO_RESOURCES "no-resources"
+/* The process is at its descriptor limit (RLIMIT_NOFILE): the program's
+ * own sockets come first. */
+#define VS_REASON_NO_DESCRIPTORS "no-descriptors"
 /* The peer turned the upgrade down (or hung up during it). */
 #define VS_REASON_DECLINED_BY_PEER "declined-by-peer"
 /* The peer spoke nonsense during the upgrade. */

@@ -14,6 +14,19 @@
 
 #define SOCK_TYPE_MASK 0xf
 
+/* The kernel said EMFILE or ENFILE: descriptors vsocket holds for upgrades
+ * under way go back (transport.h), and then the call may be tried again.
+ * The program must not run out of descriptors sooner than on the kernel. */
+static bool fds_given_back(int r)
+{
+    if (r >= 0 || (errno != EMFILE && errno != ENFILE))
+        return false;
+    int saved_errno = errno;
+    bool freed = vs_transports_fds_short() > 0;
+    errno = saved_errno;
+    return freed;
+}
+
 /* Starts tracking a socket the kernel just created. */
 static void track_new(int fd, int family, int type, int protocol)
 {
@@ -31,6 +44,8 @@ VS_EXPORT int socket(int family, int type, int protocol)
     VS_REAL_READY();
     VS_PASS_IF_SANDBOXED(vs_real.socket(family, type, protocol));
     int fd = vs_real.socket(family, type, protocol);
+    if (fds_given_back(fd))
+        fd = vs_real.socket(family, type, protocol);
     if (fd >= 0)
         track_new(fd, family, type, protocol);
     return fd;
@@ -112,6 +127,8 @@ VS_EXPORT int accept(int fd, struct sockaddr *addr, socklen_t *len)
     struct vs_sock *s = vs_fd_get(fd);
     socklen_t cap = addr && len ? *len : 0;
     int r = vs_real.accept(fd, addr, len);
+    if (fds_given_back(r))
+        r = vs_real.accept(fd, addr, len);
     if (r < 0 && s)
         vs_sock_put(s);
     return r < 0 ? r : track_accepted(s, r, addr, len, cap);
@@ -124,6 +141,8 @@ VS_EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
     struct vs_sock *s = vs_fd_get(fd);
     socklen_t cap = addr && len ? *len : 0;
     int r = vs_real.accept4(fd, addr, len, flags);
+    if (fds_given_back(r))
+        r = vs_real.accept4(fd, addr, len, flags);
     if (r < 0 && s)
         vs_sock_put(s);
     return r < 0 ? r : track_accepted(s, r, addr, len, cap);

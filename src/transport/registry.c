@@ -59,3 +59,12 @@ void vs_transports_leave_all(const char *reason)
     for (size_t i = 0; i < COUNT; i++)
         table[i]->leave_all(reason);
 }
+
+unsigned vs_transports_fds_short(void)
+{
+    unsigned freed = 0;
+    for (size_t i = 0; i < COUNT; i++)
+        if (table[i]->fds_short)
+            freed += table[i]->fds_short();
+    return freed;
+}

@@ -131,6 +131,11 @@ struct vs_transport_ops {
     void (*fork_failed)(void);
     void (*before_exec)(void);
     void (*leave_all)(const char *reason);
+    /* The program's socket or accept met EMFILE/ENFILE: descriptors held
+     * for set-ups under way go back, and none starts for a while, so that
+     * the program gets the descriptors the kernel would give it. Returns
+     * how many went back. May be NULL. */
+    unsigned (*fds_short)(void);
 };
 
 /* transport/registry.c: the transports built in, in order of preference. */
@@ -143,5 +148,6 @@ void vs_transports_fork_child(void);
 void vs_transports_fork_failed(void);
 void vs_transports_before_exec(void);
 void vs_transports_leave_all(const char *reason);
+unsigned vs_transports_fds_short(void);
 
 #endif

@@ -88,6 +88,28 @@ static struct rdma_conn_param conn_param(const void *pdata, size_t len)
 
 /* ---------------------------------------------------------------- accepter */
 
+/* The process met its descriptor limit (a set-up of ours, or the program's
+ * socket or accept): no set-up starts until then (vs_now_ns), so that the
+ * program's own sockets come first. */
+#define FDS_SHORT_NS 10000000000L
+static _Atomic long fds_short_until;
+
+static bool fds_short(void)
+{
+    long until = atomic_load_explicit(&fds_short_until, memory_order_relaxed);
+    return until && vs_now_ns() < until;
+}
+
+/* Why verbs set-up failed, for the connection's reason. */
+static const char *setup_failure(int rc)
+{
+    vs_info("rdma: cannot set up a queue pair: %s", strerror(-rc));
+    if (rc != -EMFILE && rc != -ENFILE)
+        return VS_REASON_NO_RESOURCES;
+    atomic_store(&fds_short_until, vs_now_ns() + FDS_SHORT_NS);
+    return VS_REASON_NO_DESCRIPTORS;
+}
+
 static void retry_later(struct vs_rdma_conn *c)
 {
     drop_link(c);
@@ -136,10 +158,8 @@ static void set_ack_timeout(struct rdma_cm_id *id)
 static void accepter_connect(struct vs_rdma_conn *c)
 {
     int rc = vs_rdma_verbs_setup(c, c->id);
-    if (rc < 0) {
-        vs_info("rdma: cannot set up a queue pair: %s", strerror(-rc));
-        return fail(c, VS_REASON_NO_RESOURCES);
-    }
+    if (rc < 0)
+        return fail(c, setup_failure(rc));
     struct vs_rdma_proof *p = &c->proof;
     p->nonce_a = vs_rdma_nonce();
     p->a_tx = __atomic_load_n(&c->st.tcp_tx, __ATOMIC_RELAXED);
@@ -268,10 +288,13 @@ static void connector_request(struct vs_rdma_conn *c, const struct vs_rdma_event
         return reject(e->id, VS_RDMA_REJECT_NOT_YET);
     int rc = vs_rdma_verbs_setup(c, e->id);
     if (rc < 0) {
-        vs_info("rdma: cannot set up a queue pair: %s", strerror(-rc));
+        /* The queue pair is the caller's id's (c->id is not set yet). */
+        if (c->qp)
+            rdma_destroy_qp(e->id);
+        c->qp = NULL;
         vs_rdma_verbs_teardown(c);
         reject(e->id, VS_RDMA_REJECT_DECLINE);
-        return fail(c, VS_REASON_NO_RESOURCES);
+        return fail(c, setup_failure(rc));
     }
     struct vs_rdma_rep rep = {.magic = VS_RDMA_MAGIC,
                               .version = VS_RDMA_VERSION,
@@ -481,6 +504,8 @@ static void no_answer(struct vs_rdma_conn *c)
 
 static void start(struct vs_rdma_conn *c)
 {
+    if (fds_short())
+        return fail(c, VS_REASON_NO_DESCRIPTORS);
     vs_upgrade_start(&c->up, c->accepter ? VS_RDMA_ACCEPTER_NS : VS_RDMA_CONNECTOR_NS);
     vs_debug("rdma: the set-up starts (%s)", c->accepter ? "accepter" : "connector");
     if (c->accepter)
@@ -527,6 +552,33 @@ void vs_rdma_progress(struct vs_rdma_conn *c, int fd)
     if (atomic_load(&c->hs) != hs)
         vs_rdma_bump(c);
     pthread_mutex_unlock(&c->ctl_lock);
+}
+
+/* A set-up under way gives its descriptors back. (list) */
+static void give_back(struct vs_rdma_conn *c, void *arg)
+{
+    unsigned *freed = arg;
+    if (!vs_rdma_active(c) || vs_rdma_done(c) || pthread_mutex_trylock(&c->ctl_lock) != 0)
+        return;
+    int hs = atomic_load(&c->hs);
+    if (hs != VS_RDMA_YOUNG && hs != VS_RDMA_DONE && hs != VS_RDMA_FAILED) {
+        *freed += c->channel != NULL;
+        fail(c, VS_REASON_NO_DESCRIPTORS);
+        vs_rdma_bump(c);
+    }
+    pthread_mutex_unlock(&c->ctl_lock);
+}
+
+unsigned vs_rdma_fds_short(void)
+{
+    atomic_store(&fds_short_until, vs_now_ns() + FDS_SHORT_NS);
+    unsigned freed = 0;
+    vs_rdma_conn_each(give_back, &freed);
+    if (freed)
+        vs_info("rdma: the program met its descriptor limit: %u set-ups under way gave theirs "
+                "back; none starts for %ld s",
+                freed, FDS_SHORT_NS / 1000000000L);
+    return freed;
 }
 
 int vs_rdma_event_fd(struct vs_rdma_conn *c)

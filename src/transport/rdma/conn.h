@@ -267,6 +267,9 @@ void vs_rdma_credit_read(struct vs_rdma_conn *c);
 
 /* cm.c: the rendezvous over rdma_cm. */
 void vs_rdma_progress(struct vs_rdma_conn *c, int fd);
+/* The program met its descriptor limit: set-ups under way give theirs back
+ * and none starts for a while. How many went back. */
+unsigned vs_rdma_fds_short(void);
 /* The fd whose readability means "look at the connection", or -1. */
 int vs_rdma_event_fd(struct vs_rdma_conn *c);
 /* A message from the peer, during the set-up or after; a credit

@@ -472,4 +472,5 @@ const struct vs_transport_ops vs_rdma_ops = {
     .fork_failed = fork_failed,
     .before_exec = before_exec,
     .leave_all = leave_all,
+    .fds_short = vs_rdma_fds_short,
 };

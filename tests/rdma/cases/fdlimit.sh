@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# A process at its descriptor limit must not run out sooner than on the
+# kernel. An RDMA set-up under way holds a descriptor (its completion
+# channel) besides the program's socket. Here a server (ulimit -n 1024)
+# accepts 300 connections from a client that is then stopped (SIGSTOP), so
+# that the server's set-ups wait for it, each holding its channel. The
+# server then opens sockets until EMFILE: on the kernel it would get every
+# number it does not hold. Its socket() calls that meet EMFILE make the
+# set-ups under way give their descriptors back (reason no-descriptors,
+# which `vsocket stat` shows).
+# Checked: the set-ups held channels (the scenario happened), the server
+# opened at least 1024 - 300 - 24 sockets (24: the interpreter's and
+# vsocket's own few), and every connection echoed its bytes right.
+# shellcheck source=SCRIPTDIR/../lib.sh
+source "$(dirname "$0")/../lib.sh"
+port=7233
+conns=300
+case_setup fdlimit
+
+cat >"$tmp/server.py" <<'PY'
+import collections, os, select, socket, sys, time
+host, port, n, go = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+ls = socket.socket()
+ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+ls.bind((host, port))
+ls.listen(1024)
+conns = []
+for _ in range(n):
+    c, _ = ls.accept()
+    conns.append(c)
+for c in conns:  # the client's first byte, echoed
+    c.sendall(c.recv(1))
+while not os.path.exists(go):
+    time.sleep(0.1)
+# The client is stopped: calls on the connections drive the set-ups, which
+# wait for it (each holding its completion channel).
+end = time.monotonic() + 5
+while time.monotonic() < end:
+    select.select(conns, [], [], 0.2)
+kinds = collections.Counter(os.readlink(f"/proc/self/fd/{f}").split(":[")[0]
+                            for f in os.listdir("/proc/self/fd") if os.path.exists(f"/proc/self/fd/{f}"))
+print("descriptors before:", dict(kinds), flush=True)
+more = []
+try:
+    while len(more) < 4096:
+        more.append(socket.socket())
+except OSError as e:
+    print("more sockets stopped:", e, flush=True)
+print("more sockets:", len(more), flush=True)
+for s in more:
+    s.close()
+print("server waits for the client", flush=True)
+for c in conns:  # the client's second byte, once it runs again
+    c.sendall(c.recv(1))
+print("echoed", len(conns), flush=True)
+PY
+cat >"$tmp/client.py" <<'PY'
+import socket, sys, time
+host, port, n, ready = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+socks = [socket.create_connection((host, port)) for _ in range(n)]
+for i, s in enumerate(socks):
+    s.sendall(bytes([i % 251]))
+for i, s in enumerate(socks):
+    assert s.recv(1) == bytes([i % 251]), f"connection {i}: wrong echo"
+time.sleep(0.2)
+for s in socks:  # a call past the 5 ms mark: the set-up starts (listening)
+    s.setblocking(False)
+    try:
+        s.recv(1)
+    except BlockingIOError:
+        pass
+    s.setblocking(True)
+open(ready, "w").close()
+time.sleep(2)
+for i, s in enumerate(socks):
+    s.sendall(bytes([i % 241]))
+bad = [i for i, s in enumerate(socks) if s.recv(1) != bytes([i % 241])]
+print("client: second echo wrong on", bad if bad else "none")
+print("PASS" if not bad else "FAIL")
+PY
+
+(ulimit -n 1024 && vs_run python3 "$tmp/server.py" "$IP" $port $conns "$tmp/go" >"$tmp/server.log" 2>&1) &
+srv=$!
+pids+=("$srv")
+wait_port $port
+# The client listens for the set-up from its first call (no 5 ms wait);
+# the server's set-ups start once it has called 8 times on a connection,
+# in its select loop, after the client is stopped.
+vs_run env VSOCKET_UPGRADE_AFTER_US=0 python3 "$tmp/client.py" "$IP" $port $conns "$tmp/ready" >"$tmp/client.log" 2>&1 &
+cli=$!
+pids+=("$cli")
+wait_file "$tmp/ready" 120
+cpid=$(pgrep -P "$cli" -f client.py || echo "$cli")
+kill -STOP "$cpid"
+touch "$tmp/go"
+wait_grep "server waits for the client" "$tmp/server.log" 120 || { kill -CONT "$cpid"; exit 1; }
+reason_rc=0
+expect_reason no-descriptors || reason_rc=1
+kill -CONT "$cpid"
+rc=0
+wait "$cli" || rc=$?
+wait "$srv" || true
+cat "$tmp/server.log" "$tmp/client.log"
+{ [ "$rc" = 0 ] && grep -qx PASS "$tmp/client.log"; } || { echo "client failed (exit $rc)"; exit 1; }
+grep -qx "echoed $conns" "$tmp/server.log" || { echo "the server did not echo every connection"; exit 1; }
+held=$(sed -n "s/.*'anon_inode': \([0-9]*\).*/\1/p" "$tmp/server.log")
+[ "${held:-0}" -ge $((conns / 2)) ] ||
+  { echo "only ${held:-0} set-ups held a channel: the scenario did not happen"; exit 1; }
+[ "$reason_rc" = 0 ] || exit 1
+more=$(sed -n 's/^more sockets: //p' "$tmp/server.log")
+want=$((1024 - conns - 24))
+[ "${more:-0}" -ge $want ] ||
+  { echo "the server opened ${more:-0} more sockets, the kernel would give it $want or more"; exit 1; }
+echo "fdlimit: $held set-ups held channels; the server still opened $more sockets (kernel: >= $want)"
