@@ -176,16 +176,25 @@ def buffered_most():
                int(os.environ.get("VSOCKET_RDMA_RING") or 0))
 
 
-def fill_nonblocking(s, seed, flags=0, limit=256 << 20):
+def fill_nonblocking(s, seed, flags=0, limit=256 << 20, again_after=0):
     """Sends pseudo-random data without blocking until EAGAIN; returns the
-    bytes sent (their sha256 is what the peer must read)."""
+    bytes sent (their sha256 is what the peer must read). With AGAIN_AFTER
+    (seconds), an EAGAIN ends it only if another send that long after gets
+    EAGAIN too: "full" as the kernel's buffers are full (an RDMA connection
+    whose reader is away leaves for TCP's buffers after 200 ms)."""
     payload = data(seed, 1 << 16)
     sent = bytearray()
     while True:
         try:
             n = s.send(payload, flags)
         except BlockingIOError:
-            break
+            if not again_after:
+                break
+            time.sleep(again_after)
+            try:
+                n = s.send(payload, flags)
+            except BlockingIOError:
+                break
         expect(0 < n <= len(payload), f"send returned {n}")
         sent += payload[:n]
         expect(len(sent) < limit, f"sent {len(sent)} bytes without EAGAIN: no flow control?")
@@ -889,7 +898,7 @@ def _(s, ctl):
     res["settimeout_s"] = t()
     s.settimeout(None)
     # SO_SNDTIMEO: ring full (b reads nothing), a blocking send gives up
-    sent = fill_nonblocking(s, 111, socket.MSG_DONTWAIT)
+    sent = fill_nonblocking(s, 111, socket.MSG_DONTWAIT, again_after=0.4)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", 0, 200_000))
     t = Timer()
     try:
