@@ -34,6 +34,7 @@ if memlock >= 0:
     resource.setrlimit(resource.RLIMIT_MEMLOCK, (memlock, memlock))
 os.setgroups([]); os.setgid(65534); os.setuid(65534)
 print("serving as uid", os.getuid(), flush=True)
+say = threading.Lock()  # one line per connection, not interleaved
 def echo(c):
     n = 0
     while True:
@@ -42,7 +43,8 @@ def echo(c):
             break
         c.sendall(d)
         n += len(d)
-    print("echoed", n, flush=True)
+    with say:
+        print("echoed", n, flush=True)
     c.close()
 while True:
     c, _ = ls.accept()
