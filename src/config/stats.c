@@ -329,10 +329,15 @@ void vs_stats_fork_child(void)
     segment_failed = true;
 }
 
-void vs_stats_mark_live(struct vs_stats_record *r)
+void vs_stats_mark_live(struct vs_stats_record *r, enum vs_sock_state state)
 {
-    if (r != &scratch && !segment_failed)
-        atomic_store(&r->use, VS_REC_LIVE);
+    if (r == &scratch || segment_failed)
+        return;
+    begin_update(r);
+    r->state = (uint8_t)state;
+    r->close_ns = 0;
+    end_update(r);
+    atomic_store(&r->use, VS_REC_LIVE);
 }
 
 void vs_stats_exit(void)

@@ -48,8 +48,9 @@ void vs_stats_fork_prepare(void);
 void vs_stats_fork_parent(void);
 void vs_stats_fork_child(void);
 
-/* fork child: a record of a socket the child holds is live again. */
-void vs_stats_mark_live(struct vs_stats_record *r);
+/* fork child: a record of a socket the child holds is live again, in the
+ * socket's STATE (the parent may have closed its copy while we copied). */
+void vs_stats_mark_live(struct vs_stats_record *r, enum vs_sock_state state);
 
 /* Removes this process's segment (at exit). */
 void vs_stats_exit(void);

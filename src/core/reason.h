@@ -35,6 +35,9 @@
 /* A process forked by one that used RDMA cannot use it (librdmacm's state
  * is its parent's): its connections stay on TCP. */
 #define VS_REASON_RDMA_FORKED "rdma-after-fork"
+/* A connection not yet upgraded when the process forked is held by more
+ * than one process: its upgrade waits until one of them holds it alone. */
+#define VS_REASON_SHARED_AFTER_FORK "shared-after-fork"
 /* The connection left RDMA because the process forked (registered memory
  * and queue pairs do not follow into the child). */
 #define VS_REASON_LEFT_BY_FORK "left-by-fork"

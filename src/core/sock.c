@@ -200,7 +200,7 @@ static void mark_live(int fd, struct vs_sock *s, void *arg)
 {
     (void)fd;
     (void)arg;
-    vs_stats_mark_live(s->stat);
+    vs_stats_mark_live(s->stat, atomic_load(&s->state));
 }
 
 void vs_sock_fork_child(void)

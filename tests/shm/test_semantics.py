@@ -662,8 +662,6 @@ def test_select_and_poll(family, api):
 RDMA_EPOLL_BUGS = {
     "del_fork": "after a fork (the connection leaves rdma: left-by-fork) and DEL, the parent's ADD "
                 "never reports EPOLLIN for 100 bytes the peer splices (kernel path)",
-    "cold": "an idle epoll_wait(1 s) on an rdma socket with nothing coming wakes 14 times "
-            "(the shm record goes cold and sleeps)",
 }
 # Scenarios that check how the shm transport does it, not what the kernel
 # does (VSOCKET_SHM_BASELINE=1 fails them too): not run on other transports.
@@ -686,7 +684,8 @@ def test_epoll(family, case, request):
         request.applymarker(xfail_on("rdma", bug, strict=False))
     # the *_splice peers take the connection back to TCP on purpose
     end = "kernel" if case in ("del_fork", "et_readd", "out_after_leave") else TRANSPORT
-    need_results(run_pair(f"epoll_{case}", family, end_transport=end))
+    # cold fills the connection as the kernel's is full: rdma leaves for it
+    need_results(run_pair(f"epoll_{case}", family, end_transport=end, may_spill=case == "cold"))
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -695,6 +694,9 @@ def test_epoll_nested(family):
     res = need_results(run_pair("epoll_nested", family))["a"]
     for name in ("epoll", "poll", "select"):
         assert 0.2 <= res[name] < T(2.0), res
+    if res.get("spurious"):
+        warnings.warn(f"epoll_nested over {TRANSPORT}: the outer wait woke with nothing sent "
+                      f"before {res['spurious']} (a non-data completion; known rdma limitation)")
 
 
 

@@ -525,8 +525,21 @@ void vs_rdma_progress(struct vs_rdma_conn *c, int fd)
     if (pthread_mutex_trylock(&c->ctl_lock) != 0)
         return;
     int hs = atomic_load(&c->hs);
-    if (hs == VS_RDMA_YOUNG)
-        start(c);
+    if (hs == VS_RDMA_YOUNG) {
+        /* Held with another process since a fork: not before it lets go. */
+        int alone = vs_rdma_forked_alone(c);
+        if (alone > 0)
+            start(c);
+        else if (alone < 0)
+            fail(c, VS_REASON_LEFT_BY_FORK);
+        else if (!c->share_said) {
+            c->share_said = true;
+            vs_info("rdma: a connection held with another process since a fork: its upgrade "
+                    "waits until this process holds it alone");
+            if (c->stat)
+                vs_stats_set_reason(c->stat, VS_REASON_SHARED_AFTER_FORK);
+        }
+    }
     hs = atomic_load(&c->hs);
     if (hs == VS_RDMA_ACCEPT || hs == VS_RDMA_WAIT_RING) {
         vs_rdma_poll(c);

@@ -6,6 +6,7 @@
 
 #include "core/clock.h"
 #include "core/ownfd.h"
+#include "core/reason.h"
 #include "interpose/real.h"
 #include "transport/rdma/conn.h"
 #include "transport/rdma/dev.h"
@@ -48,6 +49,7 @@ struct vs_rdma_conn *vs_rdma_conn_new(struct vs_sock *s, bool accepter, int fd,
     pthread_mutex_init(&c->qp_lock, NULL);
     c->accepter = accepter;
     c->hold_fd = -1;
+    atomic_store(&c->share, -1);
     vs_upgrade_init(&c->up);
     socklen_t llen = sizeof(c->local), plen = sizeof(c->peer);
     if (peer && len <= sizeof(c->peer))
@@ -90,6 +92,7 @@ void vs_rdma_conn_teardown(struct vs_rdma_conn *c)
 void vs_rdma_conn_free(struct vs_rdma_conn *c)
 {
     list_del(c);
+    vs_rdma_forked_drop(c);
     vs_rdma_conn_teardown(c);
     if (c->hold_fd >= 0)
         vs_ownfd_close(c->hold_fd, c);
@@ -103,6 +106,9 @@ void vs_rdma_conn_free(struct vs_rdma_conn *c)
 
 void vs_rdma_conn_fail(struct vs_rdma_conn *c, const char *reason)
 {
+    /* Held with other processes since a fork: the bytes this copy moves from
+     * now on are not counted where a switch would need them. */
+    vs_rdma_forked_taint(c);
     if (!c->fail_reason)
         c->fail_reason = reason;
     vs_rdma_bump(c);
@@ -120,11 +126,27 @@ void vs_rdma_conn_each(void (*fn)(struct vs_rdma_conn *c, void *arg), void *arg)
 /* fork: the child's copies of the connections are not its own (their
  * memory and queue pairs are the parent's): forget them without touching
  * them. Their sockets in the child go through vs_rdma_ops still and find
- * every connection FAILED (rdma.c). */
+ * every connection FAILED (rdma.c), but those still young, which the child
+ * holds with its parent (forked.c). */
 void vs_rdma_conn_fork_child(void)
 {
     pthread_mutex_init(&list_lock, NULL);
     for (struct vs_rdma_conn *c = list; c; c = c->next) {
+        if (atomic_load(&c->hs) == VS_RDMA_YOUNG && atomic_load(&c->share) >= 0) {
+            /* Ours too: its locks may have been held by a thread of the
+             * parent, which the child does not have. */
+            pthread_mutex_init(&c->ctl_lock, NULL);
+            pthread_mutex_init(&c->tx_lock, NULL);
+            pthread_mutex_init(&c->rx_lock, NULL);
+            pthread_mutex_init(&c->qp_lock, NULL);
+            if (vs_rdma_forked_child(c))
+                continue;
+            /* Not written in as a holder: must never upgrade, nor let
+             * another holder upgrade while it moves bytes. */
+            vs_rdma_forked_taint(c);
+            c->fail_reason = VS_REASON_LEFT_BY_FORK;
+        }
+        atomic_store(&c->share, -1); /* the parent's to drop */
         atomic_store(&c->hs, VS_RDMA_FAILED);
         /* The socket is the parent's to keep open, not ours. */
         if (c->hold_fd >= 0)

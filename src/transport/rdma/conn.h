@@ -19,6 +19,7 @@
 #include <rdma/rdma_cma.h>
 
 #include "core/sock.h"
+#include "readiness/epoll.h"
 #include "transport/rdma/proof.h"
 #include "transport/rdma/proto.h"
 #include "transport/stream.h"
@@ -142,6 +143,9 @@ struct vs_rdma_conn {
      * switch: look at it before reporting an empty ring. */
     _Atomic bool tcp_event;
     _Atomic int sleepers;
+    /* The epoll record that hears of the connection only through its watch
+     * fd (a cold one, readiness/epoll.c), or NULL. */
+    void *_Atomic cold_rec;
     /* Threads leaving RDMA (fork, exec in another thread) waiting for the
      * send and receive locks: a call asleep with one lets go of it. */
     _Atomic int yield_asked;
@@ -155,6 +159,11 @@ struct vs_rdma_conn {
     struct vs_stats_record *stat;
     bool closing; /* released, waiting for its writes (list lock) */
     long close_deadline_ns;
+    /* Young at a fork: its slot of holders (forked.c), or -1. */
+    _Atomic int share;
+    long share_next_ns; /* the next look for the other holders (ctl) */
+    bool share_said;    /* the wait was logged and shown (ctl) */
+    bool share_born;    /* a fork under way wrote its child in (fork handlers) */
 
     struct vs_rdma_conn *next, *prev; /* this process's list (conn.c) */
 };
@@ -265,6 +274,24 @@ ssize_t vs_rdma_zcopy_recv(struct vs_rdma_conn *c, int fd, void *buf, size_t len
 /* io.c: tells the peer how far we read, when it is worth a write. (rx) */
 void vs_rdma_credit_read(struct vs_rdma_conn *c);
 
+/* forked.c: a young connection held by several processes after fork. Its
+ * set-up waits until one process holds it alone and no other moved its
+ * bytes since the fork. */
+/* fork_prepare: the child will hold C too. False: no room to say so. */
+bool vs_rdma_forked_share(struct vs_rdma_conn *c);
+void vs_rdma_forked_born(struct vs_rdma_conn *c);   /* in the parent */
+bool vs_rdma_forked_child(struct vs_rdma_conn *c);  /* in the child: false, not a holder */
+void vs_rdma_forked_failed(struct vs_rdma_conn *c); /* the fork failed */
+/* A call of the program moves bytes: false if another holder did since the
+ * fork (then the connection stays on TCP). (ctl) */
+bool vs_rdma_forked_io(struct vs_rdma_conn *c);
+/* C's bytes move uncounted from now on (it failed): no holder upgrades. */
+void vs_rdma_forked_taint(struct vs_rdma_conn *c);
+/* 1 this process holds C alone (its set-up may start), 0 not yet, -1 never. (ctl) */
+int vs_rdma_forked_alone(struct vs_rdma_conn *c);
+/* This process lets go of C. */
+void vs_rdma_forked_drop(struct vs_rdma_conn *c);
+
 /* cm.c: the rendezvous over rdma_cm. */
 void vs_rdma_progress(struct vs_rdma_conn *c, int fd);
 /* The program met its descriptor limit: set-ups under way give theirs back
@@ -303,9 +330,23 @@ static inline bool vs_rdma_unsettled(struct vs_rdma_conn *c)
     return atomic_load(&c->rx_unsettled) || c->rx_skip;
 }
 
+/* News of the connection reached this process other than through its cold
+ * epoll record, if it has one: pass it on. Call it after acting on the
+ * news: cooling publishes cold_rec before it looks, so one of the two sees
+ * the other. */
+static inline void vs_rdma_pass_news_on(struct vs_rdma_conn *c)
+{
+    void *cold = atomic_load(&c->cold_rec);
+    if (cold)
+        vs_epoll_kick(cold);
+}
+
+/* The connection's phase or readiness changed: readiness must look again,
+ * a cold epoll record included. */
 static inline void vs_rdma_bump(struct vs_rdma_conn *c)
 {
     atomic_fetch_add(&c->gen, 1);
+    vs_rdma_pass_news_on(c);
 }
 
 #endif

@@ -256,6 +256,19 @@ static bool rx_on_rdma(struct vs_rdma_conn *c)
     return vs_stream_rx_on_transport(&c->st);
 }
 
+/* A call about to move bytes of a connection held with another process
+ * since a fork (tx or rx held: fork_prepare shares only one without; ctl,
+ * under which the slot is let go). */
+static void forked_io(struct vs_rdma_conn *c)
+{
+    if (atomic_load(&c->share) < 0)
+        return;
+    pthread_mutex_lock(&c->ctl_lock);
+    if (!vs_rdma_forked_io(c) && atomic_load(&c->hs) == VS_RDMA_YOUNG)
+        vs_rdma_conn_fail(c, VS_REASON_LEFT_BY_FORK);
+    pthread_mutex_unlock(&c->ctl_lock);
+}
+
 ssize_t vs_rdma_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags)
 {
     struct vs_rdma_conn *c = s->conn;
@@ -274,6 +287,7 @@ ssize_t vs_rdma_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags
     socklen_t namelen = msg->msg_namelen;
     msg->msg_namelen = 0;
     pthread_mutex_lock(&c->rx_lock);
+    forked_io(c);
     for (;;) {
         /* After a CUT, what the peer resends that we read already. */
         int settled = vs_rdma_settle(c, fd);
@@ -527,6 +541,7 @@ ssize_t vs_rdma_sendmsg(struct vs_sock *s, int fd, const struct msghdr *msg, int
     if (!vs_rdma_active(c) || (flags & MSG_OOB))
         return vs_real.sendmsg(fd, msg, flags);
     pthread_mutex_lock(&c->tx_lock);
+    forked_io(c);
     maybe_switch(c);
     ssize_t n;
     for (;;) {
@@ -575,6 +590,7 @@ ssize_t vs_rdma_sendfile(struct vs_sock *s, int fd, int in_fd, off_t *offset, si
         if (!vs_rdma_active(c))
             return vs_real.sendfile(fd, in_fd, offset, count);
         pthread_mutex_lock(&c->tx_lock);
+        forked_io(c);
         ssize_t n =
             vs_stream_tx_on_transport(&c->st) ? -1 : vs_real.sendfile(fd, in_fd, offset, count);
         if (n > 0)

@@ -164,10 +164,15 @@ void vs_rdma_stall(struct vs_rdma_conn *c, bool full)
         return;
     }
     uint64_t tail = vs_rdma_peer_tail(c);
-    if (!atomic_load(&c->tx_stall_ns) || tail != atomic_load(&c->tx_stall_tail)) {
+    bool began = !atomic_load(&c->tx_stall_ns);
+    if (began || tail != atomic_load(&c->tx_stall_tail)) {
         atomic_store(&c->tx_stall_tail, tail);
         atomic_store(&c->tx_stall_ns, vs_now_ns());
     }
+    /* The stall ends in a spill at a time, not at an event: a cold epoll
+     * record would not look (cold_attach refuses a stalled sender). */
+    if (began)
+        vs_rdma_pass_news_on(c);
 }
 
 bool vs_rdma_stalled(struct vs_rdma_conn *c)

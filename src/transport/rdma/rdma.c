@@ -343,24 +343,38 @@ static bool rx_by_kernel(struct vs_sock *s)
     return !vs_rdma_active(c) || !c->channel;
 }
 
-/* Cold epoll records hear only the watch fd: not for a connection whose
- * set-up moves by rdma_cm events (shared by the process's connections). */
+/* A cold epoll record (readiness/epoll.c) hears of the connection only
+ * through its TCP fd and its watch fd, armed once: without it every wait
+ * of a server polls the CQ of each of its idle connections. On TCP for good,
+ * the kernel says everything. On RDMA: the CQ's notification covers data,
+ * messages, credit asked for and completion errors; what this process
+ * changes bumps the generation, which kicks the record; news read by
+ * another path (a blocking call's drain of the channel) is passed on. Not
+ * during the set-up, whose steps come as rdma_cm events on the process's
+ * channel, nor while the sender is stalled, which ends in a spill at a time,
+ * not at an event. */
 static bool cold_attach(struct vs_sock *s, void *rec)
 {
-    (void)rec;
-    return !vs_rdma_active(s->conn);
+    struct vs_rdma_conn *c = s->conn;
+    if (!vs_rdma_active(c))
+        return true;
+    void *none = NULL;
+    bool stalled = vs_stream_tx_on_transport(&c->st) && atomic_load(&c->tx_stall_ns);
+    return vs_rdma_done(c) && c->channel && spins(s) && !stalled &&
+           atomic_compare_exchange_strong(&c->cold_rec, &none, rec);
 }
 
 static void cold_detach(struct vs_sock *s, void *rec)
 {
-    (void)s;
-    (void)rec;
+    struct vs_rdma_conn *c = s->conn;
+    if (c)
+        atomic_compare_exchange_strong(&c->cold_rec, &rec, NULL);
 }
 
 static void *cold_rec(struct vs_sock *s)
 {
-    (void)s;
-    return NULL;
+    struct vs_rdma_conn *c = s->conn;
+    return c ? atomic_load(&c->cold_rec) : NULL;
 }
 
 /* ---------------------------------------------------------- process events */
@@ -409,17 +423,51 @@ static void leave_all(const char *reason)
     vs_rdma_conn_each(leave_one, (void *)reason);
 }
 
+/* A young connection no call is inside (none can move bytes unclaimed):
+ * the child holds it with us (forked.c). (list) */
+static bool share_young(struct vs_rdma_conn *c)
+{
+    if (atomic_load(&c->hs) != VS_RDMA_YOUNG || c->closing)
+        return false;
+    if (pthread_mutex_trylock(&c->tx_lock) != 0)
+        return false;
+    bool shared = false;
+    if (pthread_mutex_trylock(&c->rx_lock) == 0) {
+        if (pthread_mutex_trylock(&c->ctl_lock) == 0) {
+            shared = atomic_load(&c->hs) == VS_RDMA_YOUNG && vs_rdma_forked_share(c);
+            pthread_mutex_unlock(&c->ctl_lock);
+        }
+        pthread_mutex_unlock(&c->rx_lock);
+    }
+    pthread_mutex_unlock(&c->tx_lock);
+    return shared;
+}
+
+static void fork_one(struct vs_rdma_conn *c, void *arg)
+{
+    if (!share_young(c))
+        leave_one(c, arg);
+}
+
 /* Registered memory and queue pairs do not follow into the child: every
- * connection leaves RDMA before fork, in both processes (the parent's
- * CUT tells the peer), and connections still young stay on TCP so that
- * the two processes never disagree about where the stream is. */
+ * connection on RDMA or in its set-up leaves before fork, in both processes
+ * (the parent's CUT tells the peer). A young one has nothing to lose: both
+ * hold it, and its set-up starts once one of them holds it alone (a
+ * fork-per-connection server's child, once the parent closed its copy). */
 static void fork_prepare(void)
 {
-    leave_all(VS_REASON_LEFT_BY_FORK);
+    vs_rdma_conn_each(fork_one, (void *)VS_REASON_LEFT_BY_FORK);
+}
+
+static void born(struct vs_rdma_conn *c, void *arg)
+{
+    (void)arg;
+    vs_rdma_forked_born(c);
 }
 
 static void fork_parent(void)
 {
+    vs_rdma_conn_each(born, NULL);
 }
 
 static void fork_child(void)
@@ -428,8 +476,15 @@ static void fork_child(void)
     vs_rdma_dev_fork_child();
 }
 
+static void forget_birth(struct vs_rdma_conn *c, void *arg)
+{
+    (void)arg;
+    vs_rdma_forked_failed(c);
+}
+
 static void fork_failed(void)
 {
+    vs_rdma_conn_each(forget_birth, NULL);
 }
 
 static void before_exec(void)

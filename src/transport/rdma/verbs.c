@@ -282,14 +282,19 @@ void vs_rdma_channel_drain(struct vs_rdma_conn *c)
         return;
     struct ibv_cq *cq;
     void *ctx;
+    unsigned got = 0;
     pthread_mutex_lock(&c->qp_lock);
     while (ibv_get_cq_event(c->channel, &cq, &ctx) == 0)
-        c->cq_events++;
+        got++;
+    c->cq_events += got;
     if (c->cq_events >= 64) {
         ibv_ack_cq_events(c->cq, c->cq_events);
         c->cq_events = 0;
     }
     pthread_mutex_unlock(&c->qp_lock);
+    /* The event was a cold epoll record's wake-up too. */
+    if (got)
+        vs_rdma_pass_news_on(c);
 }
 
 int vs_rdma_post_msg(struct vs_rdma_conn *c, const struct vs_rdma_msg *m)

@@ -52,11 +52,11 @@ fi
 # the two "two threads asleep" variants), those that take the connection
 # back to TCP on purpose (splice: et_readd, out_after_leave), one of the two
 # mixed-end and MSG_DONTWAIT/nonblocking variants, and the slow known rdma
-# bugs (epoll cold, cold_et, del_fork: 26-125 s each as they fail).
+# bug (del_fork: 26-125 s as it fails) with cold_et (shm-only).
 # VSOCKET_SEMANTICS_SELECT=all runs everything.
 DEFAULT_SELECT="not msg_dontwait and not kernel_fds_mixed and not del_readd and not del_peerclose \
 and not et_readd and not out_after_leave and not two_sets and not two_epoll_sets and not plain-client \
-and not cold and not del_fork and not oneshot and not close_one_of_two"
+and not cold_et and not del_fork and not oneshot and not close_one_of_two"
 sel=${VSOCKET_SEMANTICS_SELECT:-$DEFAULT_SELECT}
 [ "$sel" = all ] && sel=""
 args=(-v -rfEsxX -p no:cacheprovider --durations=0)

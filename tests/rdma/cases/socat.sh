@@ -2,14 +2,17 @@
 # socat, both ends under vsocket on RDMA (VSOCKET_TRANSPORTS=rdma): a 4 MiB
 # random file uploaded one way (client -> server, fed in 100 KiB pieces so
 # the transfer lasts a few seconds), then echoed through a socat echo server
-# (PIPE, no fork) and back. Checked as kernel TCP would give it: the file
-# the server wrote and the file that came back have the original's size and
-# sha256. `vsocket stat` shows each connection on rdma on both ends while
-# it runs.
+# (PIPE, no fork) and back; then echoed by a forking socat server (`fork`:
+# the parent accepts and closes its copy, a child serves) to two clients at
+# once. Checked as kernel TCP would give it: the file the server wrote and
+# the files that came back have the original's size and sha256. `vsocket
+# stat` shows each connection on rdma on both ends while it runs (for the
+# forking server: at its children, src/transport/rdma/forked.c).
 # shellcheck source=SCRIPTDIR/../lib.sh
 source "$(dirname "$0")/../lib.sh"
 port_u=7207
 port_e=7208
+port_f=7209
 size=$((4 << 20))
 piece=102400
 case_setup socat
@@ -64,4 +67,33 @@ wait "$echo_cli" || rc=$?
 wait "$echo_srv" || rc=$?
 [ "$rc" = 0 ] || { echo "echo server exit $rc"; exit 1; }
 check echo "$tmp/echoed"
-echo "socat over rdma: upload and echo of 4 MiB OK"
+
+# 3. Fork per connection: two clients at once, each served by a child.
+vs_run socat -t 60 "TCP-LISTEN:$port_f,bind=$IP,reuseaddr,fork" PIPE >"$tmp/fork-server.log" 2>&1 &
+pids+=("$!")
+wait_port $port_f
+fork_cli=()
+for k in 1 2; do
+  paced "$tmp/file" | vs_run socat -t 60 "STDIN!!CREATE:$tmp/forked$k" "TCP:$IP:$port_f" >"$tmp/fork-client$k.log" 2>&1 &
+  fork_cli+=("$!")
+  pids+=("$!")
+done
+# Both ends of both connections: the clients' and the server's children's.
+on_rdma=0
+end=$((SECONDS + 120))
+while [ "$SECONDS" -lt "$end" ]; do
+  on_rdma=$("$TOOL" stat 2>/dev/null | grep -F "$IP:$port_f " | grep -c ' rdma ' || true)
+  [ "$on_rdma" -ge 4 ] && break
+  sleep 0.2
+done
+"$TOOL" stat 2>/dev/null | grep -F "$IP:$port_f " || true
+[ "$on_rdma" -ge 4 ] || { echo "forking echo server: $on_rdma ends on rdma, expected 4"; exit 1; }
+# The children serve: their rows say so, whenever the parent closed its copy.
+not_connected=$("$TOOL" stat 2>/dev/null | awk -v l="$IP:$port_f" '$5 == l && $7 == "rdma" && $4 != "connected"')
+[ -z "$not_connected" ] || { echo "forking echo server: children's rows not connected: $not_connected"; exit 1; }
+for k in 1 2; do
+  wait "${fork_cli[k - 1]}" || rc=$?
+  [ "$rc" = 0 ] || { echo "forking echo client $k exit $rc"; exit 1; }
+  check "forking echo $k" "$tmp/forked$k"
+done
+echo "socat over rdma: upload, echo and forking echo of 4 MiB OK"

@@ -1245,11 +1245,10 @@ def _(s, ctl):
     ep.register(fd, select.EPOLLIN)
     expect(ep.poll(0.3) == [], "epoll: event with nothing sent")
     regs = kernel_registrations(ep)
-    # shm only: an rdma connection never goes cold (its record stays hot,
-    # src/transport/rdma/rdma.c cold_attach); what follows holds for both
-    expect(TRANSPORT != "shm" or regs == 3,
+    # shm: the side channel; rdma: the completion channel
+    expect(TRANSPORT not in ("shm", "rdma") or regs == 3,
            f"{regs} kernel registrations after 0.3 s idle: expected the TCP fd, "
-           "the side channel and the kick eventfd (a cold record)")
+           "the watch fd and the kick eventfd (a cold record)")
     before, t = voluntary_switches(), Timer()
     expect(ep.poll(1.0) == [], "epoll: event while idle")
     woke = voluntary_switches() - before
@@ -1262,12 +1261,9 @@ def _(s, ctl):
     expect(t() < T(3), f"cold record: news after {t():.3f}s")
     expect(recv_exact(s, 100) == data(181, 100), "data wrong")
     s.setblocking(False)
-    sent = 0
-    while True:
-        try:
-            sent += s.send(b"x" * 65536)
-        except BlockingIOError:
-            break
+    # full as the kernel's buffers are (rdma: a writer stalled 200 ms leaves
+    # the ring for them; its record may go cold again after)
+    sent = len(fill_nonblocking(s, 183, again_after=0.4))
     expect(ep.poll(0.3) == [], "epoll: event with nothing sent (tx full)")
     ctl.sync("send2")
     time.sleep(0.5)  # the data is in our ring, its wake-up on the side channel
@@ -1541,7 +1537,15 @@ def _(s, ctl):
              ("poll", lambda: pl.poll(int(T(3000))), [(ifd, select.POLLIN)]),
              ("select", lambda: select.select([ifd], [], [], T(3))[0], [ifd])]
     for i, (name, wait, want) in enumerate(waits):
-        expect(outer.poll(0.1) == [], f"{name}: outer epoll reports the inner set with nothing sent")
+        early = outer.poll(0.1)
+        if early and TRANSPORT == "rdma" and inner.poll(0) == []:
+            # Known rdma limitation (docs/design/rdma-transport.md): a nested
+            # set's CQ stays armed, so a completion that is not data (the
+            # peer's late "reading" message) wakes the outer wait once; the
+            # inner set reports nothing and its wait quiets the channel.
+            res.setdefault("spurious", []).append(name)
+            early = outer.poll(0.1)
+        expect(early == [], f"{name}: outer epoll reports the inner set with nothing sent")
         ctl.sync(f"send{i}")
         t = Timer()
         ev = wait()
