@@ -8,7 +8,8 @@
 # wait_port PORT [S]    until something listens on IP:PORT (default 20 s)
 # expect_rdma_rows N [S] `vsocket stat` shows at least N connections on rdma
 #                       (retries for S seconds, default 60); prints the table
-# case_setup NAME       a scratch folder $tmp, a list $pids of background
+# case_setup NAME       a scratch folder $tmp (with tests/lib/streams.py, for
+#                       Python scripts there), a list $pids of background
 #                       `vs_run ... &` subshells, and an EXIT trap that ends
 #                       them (and their programs), shows the logs in $tmp on
 #                       failure and removes $tmp
@@ -106,6 +107,8 @@ local_of_conn_to() {
 
 case_setup() {
   tmp=$(mktemp -d "/tmp/case-$1.XXXXXX")
+  # Python helpers a case's scripts import from their own folder.
+  cp "$(dirname "${BASH_SOURCE[0]}")/../lib/streams.py" "$tmp/"
   pids=()
   trap case_cleanup EXIT
 }

@@ -364,6 +364,27 @@ def run_busy_paired(port: int, reference_port: int, env: dict) -> tuple[dict, di
     return alone, loaded
 
 
+def busy_next_to(port: int, reference_port: int, env: dict, what: str,
+                 problems: list) -> tuple[dict, dict, float]:
+    """The busy client next to WHAT (held by the server at PORT), against
+    the reference server at the same moments: prints the figures and adds
+    to PROBLEMS what fails. Returns (reference, next to WHAT, ratio)."""
+    ref, busy = run_busy_paired(port, reference_port, env)
+    ratio = busy["per_sec"] / ref["per_sec"] if ref["per_sec"] else 0
+    log(f"busy next to {what}: {busy['per_sec']:.0f} round trips/s (best of {busy['rates']}) "
+        f"vs {ref['per_sec']:.0f} against the reference server at the same moments (best of "
+        f"{ref['rates']}): ratio {ratio:.3f} (transports {busy['transports']})")
+    for b, when in ((ref, "reference server"), (busy, f"next to {what}")):
+        if "error" in b:
+            problems.append(f"busy client ({when}): {b['error']}")
+        elif b["shm"] != BUSY_CONNS:
+            problems.append(f"busy connections ({when}) not all on shm: {b['transports']}")
+    if "error" not in ref and "error" not in busy and ratio < MIN_BUSY_RATIO:
+        problems.append(f"busy throughput next to {what} is {ratio:.3f} of the reference "
+                        f"(< {MIN_BUSY_RATIO})")
+    return ref, busy, ratio
+
+
 def start_reference_server(env: dict) -> tuple["Prog", int]:
     """A second echo server that never holds more than the busy client's
     connections: the busy client's reference, measured beside the test."""
@@ -513,25 +534,13 @@ def test_many_idle_shm_connections():
 
         # A busy client next to the N idle connections, alternated with the
         # reference server.
-        ref1, busy1 = run_busy_paired(port, reference_port, env)
-        ratio = busy1["per_sec"] / ref1["per_sec"] if ref1["per_sec"] else 0
+        ref1, busy1, ratio = busy_next_to(port, reference_port, env,
+                                          f"{N} idle shm connections", problems)
         fig["busy"] = {"alone_before_per_sec": round(busy0["per_sec"]),
                        "alone_before_rates": busy0["rates"],
                        "reference_per_sec": round(ref1["per_sec"]), "reference_rates": ref1["rates"],
                        "with_idle_per_sec": round(busy1["per_sec"]), "with_idle_rates": busy1["rates"],
                        "ratio": round(ratio, 3), "transports": busy1["transports"]}
-        log(f"busy with {N} idle: {busy1['per_sec']:.0f} round trips/s (best of {busy1['rates']}) vs "
-            f"{ref1['per_sec']:.0f} against the reference server at the same moments (best of "
-            f"{ref1['rates']}): ratio {ratio:.2f} (transports {busy1['transports']})")
-        for b, when in ((ref1, "reference server"), (busy1, f"with {N} idle")):
-            if "error" in b:
-                problems.append(f"busy client ({when}): {b['error']}")
-            elif b["shm"] != BUSY_CONNS:
-                problems.append(f"busy connections ({when}) not all on shm: {b['transports']}")
-        if "error" not in busy1 and "error" not in ref1:
-            if ratio < MIN_BUSY_RATIO:
-                problems.append(f"busy throughput with {N} idle connections is {ratio:.2f} of alone "
-                                f"(< {MIN_BUSY_RATIO})")
 
         # Close everything: the client on command, the server once all are closed.
         t_quit = time.monotonic()
@@ -603,20 +612,8 @@ def test_busy_next_to_idle_kernel_connections(kind):
         log(f"\n{d} idle connections ({kind}): server {t['by']}")
         if t["by"].get(f"kernel:{kind}", 0) != d:
             log(f"  (not all {kind}: the figures below are for this mix)")
-        busy0, busy1 = run_busy_paired(port, reference_port, env)
-        ratio = busy1["per_sec"] / busy0["per_sec"] if busy0["per_sec"] else 0
-        log(f"busy next to {d} idle {kind}: {busy1['per_sec']:.0f} round trips/s (best of "
-            f"{busy1['rates']}) vs {busy0['per_sec']:.0f} against the reference server at the "
-            f"same moments (best of {busy0['rates']}): ratio {ratio:.3f}")
-        for b, when in ((busy0, "alone"), (busy1, f"next to {d} idle {kind}")):
-            if "error" in b:
-                problems.append(f"busy client ({when}): {b['error']}")
-            elif b["shm"] != BUSY_CONNS:
-                problems.append(f"busy connections ({when}) not all on shm: {b['transports']}")
-        if ratio < MIN_BUSY_RATIO:
-            problems.append(f"busy throughput next to {d} idle {kind} connections is "
-                            f"{ratio:.3f} of alone (< {MIN_BUSY_RATIO}); server's idle "
-                            f"connections: {t['by']}")
+        busy_next_to(port, reference_port, env, f"{d} idle {kind} connections (server: "
+                     f"{t['by']})", problems)
         client.send("quit")
         client.wait_ev("closed", 60, progress=False)
         server.wait_ev("done", 60, progress=False)

@@ -368,7 +368,9 @@ void vs_rdma_revert(struct vs_rdma_conn *c, int fd, const char *reason)
         long cross_ns = peer_may_leave(c) ? CROSS_WAIT_NS : 2 * took;
         settle_now(c, fd, cross_ns > CROSS_MIN_NS ? cross_ns : CROSS_MIN_NS);
     }
+    pthread_mutex_lock(&c->ctl_lock);
     vs_rdma_conn_fail(c, reason);
+    pthread_mutex_unlock(&c->ctl_lock);
     pthread_mutex_unlock(&c->rx_lock);
     pthread_mutex_unlock(&c->tx_lock);
     atomic_fetch_sub(&c->yield_asked, 1);

@@ -408,10 +408,13 @@ static void leave_one(struct vs_rdma_conn *c, void *arg)
 {
     if (!vs_rdma_active(c))
         return;
-    if (vs_rdma_done(c))
+    if (vs_rdma_done(c)) {
         vs_rdma_revert(c, -1, arg);
-    else
+    } else {
+        pthread_mutex_lock(&c->ctl_lock);
         vs_rdma_conn_fail(c, arg);
+        pthread_mutex_unlock(&c->ctl_lock);
+    }
     /* Said at once: the process may never call on the socket again (a
      * parent that closes its copy after fork). */
     if (c->stat && !c->closing)

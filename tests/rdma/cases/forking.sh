@@ -94,14 +94,7 @@ cat >"$tmp/client.py" <<'PY'
 import hashlib, os, random, socket, sys, threading, time
 host, port, n, greeting, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
 errors, lock = [], threading.Lock()
-def recv_exactly(s, k):
-    got = bytearray()
-    while len(got) < k:
-        d = s.recv(k - len(got))
-        if not d:
-            raise EOFError(f"EOF after {len(got)} of {k} bytes")
-        got += d
-    return bytes(got)
+from streams import recv_exactly
 def run(i):
     try:
         s = socket.create_connection((host, port))

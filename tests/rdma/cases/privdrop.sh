@@ -54,14 +54,7 @@ cat >"$tmp/client.py" <<'PY'
 import hashlib, os, socket, sys, threading, time
 host, port, n, size, stop = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 errors, done = [], []
-def recv_exactly(s, k):
-    got = bytearray()
-    while len(got) < k:
-        d = s.recv(min(k - len(got), 1 << 20))
-        if not d:
-            raise EOFError(f"EOF after {len(got)} of {k} bytes")
-        got += d
-    return bytes(got)
+from streams import recv_exactly
 def one(i):
     try:
         s = socket.create_connection((host, port))

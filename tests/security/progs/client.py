@@ -20,6 +20,10 @@ import socket
 import struct
 import sys
 import threading
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lib"))
+from streams import recv_exactly  # noqa: E402
 
 CHUNK = 1 << 16
 
@@ -27,21 +31,6 @@ CHUNK = 1 << 16
 def emit(**ev):
     sys.stdout.write(json.dumps(ev) + "\n")
     sys.stdout.flush()
-
-
-def recv_exact(s, n, h=None):
-    got = 0
-    out = bytearray() if h is None else None
-    while got < n:
-        b = s.recv(min(n - got, 1 << 16))
-        if not b:
-            raise EOFError(f"end of stream after {got} of {n} bytes")
-        got += len(b)
-        if h is None:
-            out += b
-        else:
-            h.update(b)
-    return bytes(out) if out is not None else None
 
 
 def poke(s, send=True):
@@ -71,7 +60,7 @@ def main():
     s.connect(("127.0.0.1", port))
     emit(ev="connected", fd=s.fileno(), pid=os.getpid(), local=list(s.getsockname()),
          peer=list(s.getpeername()))
-    g = recv_exact(s, 1)
+    g = recv_exactly(s, 1)
     if g != b"G":
         raise ValueError(f"greeting {g!r} instead of b'G'")
     emit(ev="greeted")
@@ -84,7 +73,7 @@ def main():
         for off in range(0, size, CHUNK):
             piece = view[off:off + CHUNK]
             s.sendall(piece)
-            recv_exact(s, len(piece), h)
+            recv_exactly(s, len(piece), h)
     else:
         errors = []
 
@@ -100,7 +89,7 @@ def main():
         t = threading.Thread(target=sender)
         t.start()
         try:
-            recv_exact(s, size, h)
+            recv_exactly(s, size, h)
         finally:
             t.join()
         if errors:

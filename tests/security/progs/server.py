@@ -15,21 +15,15 @@ import os
 import socket
 import struct
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lib"))
+from streams import recv_exactly  # noqa: E402
 
 
 def emit(**ev):
     sys.stdout.write(json.dumps(ev) + "\n")
     sys.stdout.flush()
-
-
-def recv_exact(s, n):
-    buf = bytearray()
-    while len(buf) < n:
-        b = s.recv(n - len(buf))
-        if not b:
-            raise EOFError(f"end of stream after {len(buf)} of {n} bytes")
-        buf += b
-    return bytes(buf)
 
 
 def wait_for(word):
@@ -50,7 +44,7 @@ def main():
     emit(ev="accepted", fd=c.fileno(), peer=list(addr), local=list(c.getsockname()))
     wait_for("greet")
     c.sendall(b"G")
-    (n,) = struct.unpack("<Q", recv_exact(c, 8))
+    (n,) = struct.unpack("<Q", recv_exactly(c, 8))
     left = n
     while left:
         b = c.recv(min(left, 1 << 16))
