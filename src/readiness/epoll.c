@@ -38,7 +38,17 @@
  * registered edge-triggered in every set with cold records and never read,
  * so that each write wakes every such set (a reset would race). A set that
  * hears it warms its kicked records. Only a connection held by one process
- * goes cold (a fork warms them all), and only in one set at a time. */
+ * goes cold (a fork warms them all), and only in one set at a time.
+ *
+ * A watch fd may serve many connections (rdma: the completion channel of
+ * the connections one thread set up; ops->watch_shared). It is registered
+ * once per set, counted by its records and tagged as a shared watch, not
+ * with a record: when it fires, the transport sorts its news to the
+ * connections (ops->shared_news), which kicks their cold records, and the
+ * set scans. Whoever reads such an fd may take another thread's wake-up:
+ * the transport then kicks every set a thread sleeps on with a shared watch
+ * (vs_epoll_wake_shared), and every nested set holding one through an
+ * eventfd of its own (the outer wait is not ours to count). */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -77,6 +87,7 @@ struct rec {
     unsigned gen;        /* ops->generation() the kernel registrations follow */
     int watch;           /* watch fd registered in the kernel set, or -1 */
     bool watch_own;      /* registered by this record (not a dup's: EEXIST) */
+    bool watch_shared;   /* WATCH is a shared watch of the set (counted there) */
     uint32_t kev;        /* events of the TCP fd's kernel registration */
     bool disabled;       /* EPOLLONESHOT fired, or dormant */
     bool dormant;        /* deleted by the user; kernel registrations kept */
@@ -104,6 +115,16 @@ static unsigned cold_count;
 static struct rec **buckets; /* by (epoll fd, fd) */
 static bool nested[MAX_EPFD];
 static uint64_t rounds;
+/* Shared watch fds registered in sets, with the records using each; tagged
+ * by their place in the region's reserved start (shared_tag). */
+#define SHARED_MAX 128
+static struct {
+    int epfd, fd;
+    unsigned refs; /* 0: free */
+    const struct vs_transport_ops *ops;
+} shared[SHARED_MAX];
+static unsigned shared_in[MAX_EPFD];     /* shared watches in each set */
+static _Atomic unsigned shared_sleepers; /* threads in a kernel wait on such a set */
 /* The sets holding dormant records, and how many each. */
 static struct {
     int epfd;
@@ -137,9 +158,10 @@ static bool setup(void)
     sets = s;
     colds = c;
     buckets = b;
-    /* The region's first slot is never a record: its address tags the
-     * kick eventfd in the kernel sets. */
-    region_used = sizeof(struct rec);
+    /* The region's start is never a record: its address tags the kick
+     * eventfd in the kernel sets, the words after it the shared watches. */
+    size_t reserved = (SHARED_MAX + 1) * sizeof(uint64_t);
+    region_used = (reserved + sizeof(struct rec) - 1) / sizeof(struct rec) * sizeof(struct rec);
     region = r;
     return true;
 }
@@ -248,8 +270,11 @@ static void wake_dormant(struct rec *r)
     atomic_fetch_sub(&dormant_total, 1);
 }
 
+static void shared_unref(struct rec *r);
+
 static void rec_unlink(struct rec *r)
 {
+    shared_unref(r);
     wake_dormant(r);
     list_remove(r);
     if (r->cold)
@@ -274,7 +299,7 @@ static struct rec *find(int epfd, int fd)
     return NULL;
 }
 
-enum tag { TAG_USER, TAG_REC, TAG_DEAD, TAG_KICK };
+enum tag { TAG_USER, TAG_REC, TAG_DEAD, TAG_KICK, TAG_SHARED };
 
 static uint64_t kick_tag(void)
 {
@@ -282,15 +307,28 @@ static uint64_t kick_tag(void)
 }
 
 /* What a value from the kernel is: the user's own data, one of our records
- * (*R), or a record dropped meanwhile (its other registration fired in the
- * same batch, or could not be deleted): never the user's, never reported. */
-static enum tag untag(uint64_t v, int epfd, struct rec **r, bool *watch)
+ * (*R), a shared watch (*SHARED_IDX), or a record or shared watch dropped
+ * meanwhile (its other registration fired in the same batch, or could not
+ * be deleted): never the user's, never reported. */
+static uint64_t shared_tag(unsigned i)
+{
+    return (uint64_t)(uintptr_t)region + (i + 1) * sizeof(uint64_t);
+}
+
+static enum tag untag(uint64_t v, int epfd, struct rec **r, bool *watch, unsigned *shared_idx)
 {
     if (region && v == kick_tag())
         return TAG_KICK;
     if (!region || v < (uint64_t)(uintptr_t)region ||
         v >= (uint64_t)(uintptr_t)region + region_used)
         return TAG_USER;
+    uint64_t off = v - (uint64_t)(uintptr_t)region;
+    if (off <= SHARED_MAX * sizeof(uint64_t)) {
+        *shared_idx = (unsigned)(off / sizeof(uint64_t)) - 1;
+        bool ok = off % sizeof(uint64_t) == 0 && shared[*shared_idx].refs &&
+                  shared[*shared_idx].epfd == epfd;
+        return ok ? TAG_SHARED : TAG_DEAD;
+    }
     *r = (struct rec *)(uintptr_t)(v & ~WATCH_TAG);
     if (((uintptr_t)*r - (uintptr_t)region) % sizeof(**r))
         return TAG_USER;
@@ -327,6 +365,111 @@ static uint32_t tcp_events(struct vs_sock *s, const struct rec *r)
     return s->ops->tcp_interest(s, want) | (r->events & (EPOLLET | EPOLLWAKEUP));
 }
 
+static bool kick_ready(int epfd);
+
+/* Nested sets holding shared watches, each with an eventfd of its own
+ * (edge-triggered, never read) that vs_epoll_wake_shared writes: an outer
+ * wait is not ours, so it must hear of a wake-up another thread took. */
+#define NESTED_KICKS 16
+static struct {
+    _Atomic int epfd, fd; /* fd -1: free */
+} nested_kicks[NESTED_KICKS] = {[0 ... NESTED_KICKS - 1] = {-1, -1}};
+/* The set this thread waits on (its kicks would only wake itself). */
+static __thread int waiting_on = -1;
+
+static void nested_kick_ready(int epfd)
+{
+    int free_i = -1;
+    for (int i = 0; i < NESTED_KICKS; i++) {
+        if (atomic_load(&nested_kicks[i].fd) >= 0 && atomic_load(&nested_kicks[i].epfd) == epfd)
+            return;
+        if (atomic_load(&nested_kicks[i].fd) < 0 && free_i < 0)
+            free_i = i;
+    }
+    if (free_i < 0) {
+        vs_debug("epoll: more than %d nested sets with shared watches", NESTED_KICKS);
+        return;
+    }
+    int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (fd < 0)
+        return;
+    fd = vs_ownfd_take(fd, &nested_kicks[free_i], NULL);
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLET, .data.u64 = kick_tag()};
+    if (vs_real.epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+        vs_ownfd_close(fd, &nested_kicks[free_i]);
+        return;
+    }
+    atomic_store(&nested_kicks[free_i].epfd, epfd);
+    atomic_store(&nested_kicks[free_i].fd, fd);
+}
+
+/* EPFD (closed) no longer needs its nested kick: its eventfd is closed. */
+static void nested_kick_drop(int epfd)
+{
+    for (int i = 0; i < NESTED_KICKS; i++)
+        if (atomic_load(&nested_kicks[i].fd) >= 0 && atomic_load(&nested_kicks[i].epfd) == epfd) {
+            int fd = atomic_exchange(&nested_kicks[i].fd, -1);
+            vs_ownfd_close(fd, &nested_kicks[i]);
+        }
+}
+
+/* R's watch FD serves other connections too: registered once in R's set. */
+static bool shared_ref(struct rec *r, int fd, const struct vs_transport_ops *ops)
+{
+    int free_i = -1;
+    for (int i = 0; i < SHARED_MAX; i++) {
+        if (shared[i].refs && shared[i].epfd == r->epfd && shared[i].fd == fd) {
+            shared[i].refs++;
+            return true;
+        }
+        if (!shared[i].refs && free_i < 0)
+            free_i = i;
+    }
+    if (free_i < 0) {
+        /* The set stays right: a record not armed this way is scanned,
+         * and an armed one makes the wait sleep in slices. */
+        vs_debug("epoll: more than %d shared watches", SHARED_MAX);
+        return false;
+    }
+    /* Edge-triggered: its reader drains it (a forked child sharing the
+     * kernel set, which does not know the tag, hears it once). EEXIST: the
+     * set under another number holds it with another tag: not ours to
+     * count. */
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLET, .data.u64 = shared_tag((unsigned)free_i)};
+    if (vs_real.epoll_ctl(r->epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
+        return false;
+    /* Other threads that read it wake this set's sleepers by the kick;
+     * a nested set by its own (the outer wait would wake for every kick). */
+    if (nested[r->epfd])
+        nested_kick_ready(r->epfd);
+    else
+        kick_ready(r->epfd);
+    shared[free_i].epfd = r->epfd;
+    shared[free_i].fd = fd;
+    shared[free_i].ops = ops;
+    shared[free_i].refs = 1;
+    shared_in[r->epfd]++;
+    return true;
+}
+
+/* R no longer uses its shared watch; the last record deletes it from the
+ * set (its fd lives as long as the process: the number is still it). */
+static void shared_unref(struct rec *r)
+{
+    if (!r->watch_shared)
+        return;
+    r->watch_shared = false;
+    for (int i = 0; i < SHARED_MAX; i++)
+        if (shared[i].refs && shared[i].epfd == r->epfd && shared[i].fd == r->watch) {
+            if (--shared[i].refs == 0) {
+                vs_real.epoll_ctl(r->epfd, EPOLL_CTL_DEL, r->watch, NULL);
+                shared_in[r->epfd]--;
+            }
+            break;
+        }
+    r->watch = -1;
+}
+
 /* Brings the kernel registrations in line with the socket's phase (no
  * system call when they are already). REARM: the user's MOD or ADD, which
  * makes the kernel look at an edge-triggered fd again. */
@@ -341,12 +484,20 @@ static void sync_kernel(struct vs_sock *s, struct rec *r, bool rearm)
      * removed it from the set) or still belongs to this connection, and
      * its number may by now name another connection's side channel. */
     int w = s->ops->watch_fd(s);
-    if (w != r->watch) {
-        struct epoll_event wev = {.events = EPOLLIN,
-                                  .data.u64 = (uint64_t)(uintptr_t)r | WATCH_TAG};
-        r->watch_own = w >= 0 && vs_real.epoll_ctl(r->epfd, EPOLL_CTL_ADD, w, &wev) == 0;
-        bool ok = r->watch_own || (w >= 0 && errno == EEXIST);
-        r->watch = ok ? w : -1;
+    bool share = w >= 0 && s->ops->watch_shared && s->ops->watch_shared(s);
+    if (w != r->watch || share != r->watch_shared) {
+        shared_unref(r);
+        if (share) {
+            r->watch_own = false;
+            r->watch_shared = shared_ref(r, w, s->ops);
+            r->watch = r->watch_shared ? w : -1;
+        } else {
+            struct epoll_event wev = {.events = EPOLLIN,
+                                      .data.u64 = (uint64_t)(uintptr_t)r | WATCH_TAG};
+            r->watch_own = w >= 0 && vs_real.epoll_ctl(r->epfd, EPOLL_CTL_ADD, w, &wev) == 0;
+            bool ok = r->watch_own || (w >= 0 && errno == EEXIST);
+            r->watch = ok ? w : -1;
+        }
     }
     r->gen = s->ops->generation(s);
 }
@@ -441,8 +592,10 @@ static void cool(struct vs_sock *s, struct rec *r, long now)
      * change of phase made here kicks it. Nothing to arm. */
     bool kernel_only = !s->ops->spins(s);
     /* Its wake-ups must come tagged with this record: not through a dup's
-     * registration of the side channel, which the dup's delete takes away. */
-    if (!need || r->disabled || r->perm || nested[r->epfd] || (r->watch >= 0 && !r->watch_own) ||
+     * registration of the side channel, which the dup's delete takes away.
+     * A shared watch's come as kicks (the transport sorts its news). */
+    bool watched = r->watch_own || r->watch_shared;
+    if (!need || r->disabled || r->perm || nested[r->epfd] || (r->watch >= 0 && !watched) ||
         (r->watch < 0 && !kernel_only) || atomic_load(&s->no_cold) || !kick_ready(r->epfd))
         return;
     atomic_store(&r->kicked, false);
@@ -538,10 +691,29 @@ static bool forbid_cold(int fd)
     return ours;
 }
 
+void vs_epoll_wake_shared(void)
+{
+    if (atomic_load(&shared_sleepers))
+        kick_all();
+    uint64_t one = 1;
+    for (int i = 0; i < NESTED_KICKS; i++) {
+        int fd = atomic_load(&nested_kicks[i].fd);
+        if (fd >= 0 && atomic_load(&nested_kicks[i].epfd) != waiting_on &&
+            vs_ownfd_mine(fd, &nested_kicks[i]))
+            (void)vs_real.write(fd, &one, sizeof(one));
+    }
+}
+
+/* The set whose shared watch this thread is reading: its kicked records
+ * are warmed right after, without the eventfd. */
+static __thread int sorting_for = -1;
+
 void vs_epoll_kick(void *rec)
 {
-    atomic_store(&((struct rec *)rec)->kicked, true);
-    kick_all();
+    struct rec *r = rec;
+    atomic_store(&r->kicked, true);
+    if (r->epfd != sorting_for)
+        kick_all();
 }
 
 /* FD, about to be closed: a cold record of it goes hot (and is dropped by
@@ -574,7 +746,7 @@ static void rec_drop(struct rec *r, struct vs_sock *s)
         if (r->perm)
             s->ops->disarm(s, r->perm);
         vs_real.epoll_ctl(r->epfd, EPOLL_CTL_DEL, r->fd, NULL);
-        if (r->watch >= 0 && r->watch == s->ops->watch_fd(s))
+        if (r->watch >= 0 && !r->watch_shared && r->watch == s->ops->watch_fd(s))
             vs_real.epoll_ctl(r->epfd, EPOLL_CTL_DEL, r->watch, NULL);
     }
     r->perm = 0;
@@ -687,6 +859,8 @@ static void mark_nested(int fd)
         /* an outer wait would wake for every kick */
         if (kick_in[fd] && vs_real.epoll_ctl(fd, EPOLL_CTL_DEL, atomic_load(&kick_fd), NULL) == 0)
             kick_in[fd] = false;
+        if (shared_in[fd])
+            nested_kick_ready(fd);
         for (struct rec *r = sets[fd]; r; r = r->next) {
             struct vs_sock *s = rec_sock(r);
             if (s) {
@@ -711,6 +885,12 @@ static void drop_dormant(struct rec *r)
  * somebody else's). */
 static void forget_set(int epfd)
 {
+    /* First: the records' unlinking must not delete their shared watch. */
+    for (int i = 0; i < SHARED_MAX; i++)
+        if (shared[i].refs && shared[i].epfd == epfd)
+            shared[i].refs = 0;
+    shared_in[epfd] = 0;
+    nested_kick_drop(epfd);
     if (sets)
         warm_set(epfd, false); /* armed in the rings: only we can withdraw it */
     while (sets && sets[epfd])
@@ -831,6 +1011,12 @@ void vs_epoll_fork_parent(void)
 void vs_epoll_fork_child(void)
 {
     pthread_mutex_init(&lock, NULL);
+    /* The shared watches stay the parent's: the child never deletes them. */
+    memset(shared, 0, sizeof(shared));
+    memset(shared_in, 0, sizeof(shared_in));
+    atomic_store(&shared_sleepers, 0);
+    for (int i = 0; i < NESTED_KICKS; i++)
+        atomic_store(&nested_kicks[i].fd, -1); /* the parent's (still open here) */
     end_dormant(0, ~0u, true);
     /* The parent withdraws its cold records' arming; the child's copies
      * only go back to the scans. */
@@ -963,10 +1149,19 @@ static void translate(struct wait *w, const struct epoll_event *kev, int n)
     for (int i = 0; i < n; i++) {
         bool watch = false;
         struct rec *r = NULL;
-        enum tag tag = untag(kev[i].data.u64, w->epfd, &r, &watch);
+        unsigned si = 0;
+        enum tag tag = untag(kev[i].data.u64, w->epfd, &r, &watch, &si);
+        if (tag == TAG_SHARED) {
+            /* Sorted to the connections: kicked cold records warm and the
+             * hot ones are scanned, below. */
+            sorting_for = w->epfd;
+            shared[si].ops->shared_news(shared[si].fd);
+            sorting_for = -1;
+            w->kicked = true;
+        }
         if (tag == TAG_KICK)
             w->kicked = true;
-        if (tag == TAG_DEAD || tag == TAG_KICK)
+        if (tag == TAG_DEAD || tag == TAG_KICK || tag == TAG_SHARED)
             continue;
         if (tag == TAG_USER) {
             if (w->n < w->max)
@@ -1024,7 +1219,7 @@ static void scan(struct wait *w, bool sync)
             sync_kernel(s, r, false);
             perm_arm(s, r);
         }
-        if (sync && r->watch >= 0 && !r->watch_own)
+        if (sync && r->watch >= 0 && !r->watch_own && !r->watch_shared)
             claim_watch(s, r);
         w->spins |= s->ops->spins(s);
         unsigned m = s->ops->poll_fast(s, interest(r));
@@ -1114,6 +1309,8 @@ static int wait_translated(int epfd, struct epoll_event *events, int max, long t
         return -1;
     }
     struct wait w = {.epfd = epfd, .out = events, .max = max};
+    int outer = waiting_on;
+    waiting_on = epfd;
     long deadline = timeout_ns < 0 ? -1 : vs_now_ns() + timeout_ns;
     int result;
     for (int iter = 0;; iter++) {
@@ -1138,6 +1335,11 @@ static int wait_translated(int epfd, struct epoll_event *events, int max, long t
          * that does not sleep (a short-lived connection's every wait). */
         if (iter == 0 && !w.spins && w.n == 0 && timeout_ns != 0)
             left = deadline < 0 ? -1 : deadline - w.now > 0 ? deadline - w.now : 0;
+        /* Counted before the last look: a thread that reads a shared
+         * watch after it either sees us asleep or sorted before the look. */
+        bool on_shared = w.n == 0 && left != 0 && shared_in[epfd] > 0;
+        if (on_shared)
+            atomic_fetch_add(&shared_sleepers, 1);
         if (w.n == 0 && left != 0) {
             arm_all(&w, &a);
             scan(&w, false);
@@ -1153,6 +1355,8 @@ static int wait_translated(int epfd, struct epoll_event *events, int max, long t
         int n =
             w.n < max ? kernel_wait(epfd, kev, max - w.n, w.n ? 0 : left, w.n ? NULL : mask) : 0;
         int err = errno;
+        if (on_shared)
+            atomic_fetch_sub(&shared_sleepers, 1);
         pthread_mutex_lock(&lock);
         disarm_all(&a);
         if (n > 0)
@@ -1177,6 +1381,7 @@ static int wait_translated(int epfd, struct epoll_event *events, int max, long t
             break;
         }
     }
+    waiting_on = outer;
     free(kev);
     return result;
 }

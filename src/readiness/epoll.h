@@ -15,6 +15,11 @@ void vs_epoll_range_closing(unsigned first, unsigned last);
  * must look at it. Any thread, any lock held; REC may be stale. */
 void vs_epoll_kick(void *rec);
 
+/* A shared watch fd (epoll.c) was read by a thread that may have taken
+ * another thread's wake-up: every set a thread sleeps on with a shared
+ * watch looks again. Any thread, any lock held. */
+void vs_epoll_wake_shared(void);
+
 /* fork: the records' lock is held across it; the child forgets its
  * dormant records (the kernel sets are shared with the parent). */
 /* A seccomp filter goes in (core/sandbox.h): every record becomes the plain

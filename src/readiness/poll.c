@@ -23,9 +23,20 @@ struct poll_state {
     struct pollfd *k;      /* what the kernel polls: the user's fds, then watch fds */
     struct vs_sock **sock; /* per user fd: the socket if translated */
     int *watch;            /* per user fd: index of its watch fd in k, or -1 */
+    bool *shared;          /* per user fd: its watch serves other sockets too */
     unsigned *armed;
     nfds_t n, nk;
 };
+
+/* The index in K of a shared watch fd W already there, or -1. The sockets
+ * of one thread's set-ups share one: a poll over many of them has it once. */
+static int shared_index(const struct poll_state *st, nfds_t upto, int w)
+{
+    for (nfds_t j = 0; j < upto; j++)
+        if (st->shared[j] && st->watch[j] >= 0 && st->k[st->watch[j]].fd == w)
+            return st->watch[j];
+    return -1;
+}
 
 static void build(struct poll_state *st, const struct pollfd *fds)
 {
@@ -34,12 +45,19 @@ static void build(struct poll_state *st, const struct pollfd *fds)
         st->k[i] = fds[i];
         st->k[i].revents = 0;
         st->watch[i] = -1;
+        st->shared[i] = false;
         struct vs_sock *s = st->sock[i];
         if (!s)
             continue;
         st->k[i].events = (short)s->ops->tcp_interest(s, (unsigned)(unsigned short)fds[i].events);
         int w = s->ops->watch_fd(s);
-        if (w >= 0) {
+        if (w < 0)
+            continue;
+        st->shared[i] = s->ops->watch_shared && s->ops->watch_shared(s);
+        int at = st->shared[i] ? shared_index(st, i, w) : -1;
+        if (at >= 0) {
+            st->watch[i] = at;
+        } else {
             st->watch[i] = (int)st->nk;
             st->k[st->nk++] = (struct pollfd){.fd = w, .events = POLLIN};
         }
@@ -78,7 +96,14 @@ static int translate(struct poll_state *st, struct pollfd *fds)
         unsigned r = (unsigned short)st->k[i].revents;
         struct vs_sock *s = st->sock[i];
         if (s && fds[i].fd >= 0) {
-            bool fired = st->watch[i] >= 0 && st->k[st->watch[i]].revents;
+            struct pollfd *w = st->watch[i] >= 0 ? &st->k[st->watch[i]] : NULL;
+            bool fired = w && w->revents;
+            if (fired && st->shared[i]) {
+                /* Read once for all its sockets: each then sees its news. */
+                s->ops->shared_news(w->fd);
+                w->revents = 0;
+                fired = false;
+            }
             r = s->ops->poll(s, fds[i].fd, (unsigned short)fds[i].events, (int)r, fired);
         }
         fds[i].revents = (short)r;
@@ -103,8 +128,8 @@ static int poll_translated(struct poll_state *st, struct pollfd *fds, long timeo
         long left = deadline < 0 ? -1 : deadline - vs_now_ns();
         if (left < 0 && deadline >= 0)
             left = 0;
-        if (left != 0 && (rings_ready(st, fds) ||
-                          (spins(st) && vs_spin_until(rings_ready_cb, st, fds))))
+        if (left != 0 &&
+            (rings_ready(st, fds) || (spins(st) && vs_spin_until(rings_ready_cb, st, fds))))
             left = 0;
         bool armed = false, nap = false;
         if (left != 0) {
@@ -170,8 +195,9 @@ int vs_poll(struct pollfd *fds, nfds_t nfds, long timeout_ns, const sigset_t *si
         struct poll_state st = {.sock = sock, .n = nfds};
         st.k = malloc((nfds + translated) * sizeof(*st.k));
         st.watch = malloc(nfds * sizeof(*st.watch));
+        st.shared = malloc(nfds * sizeof(*st.shared));
         st.armed = calloc(nfds, sizeof(*st.armed));
-        if (!st.k || !st.watch || !st.armed) {
+        if (!st.k || !st.watch || !st.shared || !st.armed) {
             errno = ENOMEM;
             r = -1;
         } else {
@@ -180,6 +206,7 @@ int vs_poll(struct pollfd *fds, nfds_t nfds, long timeout_ns, const sigset_t *si
         int err = errno;
         free(st.k);
         free(st.watch);
+        free(st.shared);
         free(st.armed);
         errno = err;
     }

@@ -487,19 +487,20 @@ static void report_memlock(struct verdict *v)
         say(v, conns ? WARN : PROBLEM, reason, "%s: %s", what, fix);
 }
 
-/* A connection on RDMA holds two descriptors besides the program's socket
- * (its completion channel, and a hold on the socket for close), against the
- * same RLIMIT_NOFILE as the program's own. */
+/* A connection on RDMA holds one descriptor besides the program's socket
+ * (a hold on the socket for close), against the same RLIMIT_NOFILE as the
+ * program's own; its completion channel is its thread's (a few per
+ * process). */
 static void report_nofile(struct verdict *v)
 {
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
         return;
-    unsigned long long conns = rl.rlim_cur / 3;
+    unsigned long long conns = rl.rlim_cur / 2;
     char what[256];
     snprintf(what, sizeof(what),
-             "RLIMIT_NOFILE %llu holds ~%llu connections on RDMA per process (each takes 3 "
-             "descriptors: the socket, its completion channel, a hold on the socket)",
+             "RLIMIT_NOFILE %llu holds ~%llu connections on RDMA per process (each takes 2 "
+             "descriptors: the socket and a hold on it; completion channels are per thread)",
              (unsigned long long)rl.rlim_cur, conns);
     if (conns >= CONNS_WANTED)
         say(v, OK, NULL, "open files: %s", what);

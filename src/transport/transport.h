@@ -80,6 +80,13 @@ struct vs_transport_ops {
     unsigned (*tcp_interest)(struct vs_sock *s, unsigned user);
     /* An extra fd to wait on (news from the peer), or -1. */
     int (*watch_fd)(struct vs_sock *s);
+    /* Whether the watch fd serves other connections too (rdma: the
+     * completion channel of a thread's connections): epoll registers it
+     * once per set and calls shared_news when it fires. May be NULL. */
+    bool (*watch_shared)(struct vs_sock *s);
+    /* The shared watch FD fired: read it and sort its news to the
+     * connections (whose poll_fast then shows it). */
+    void (*shared_news)(int fd);
     /* Readiness now. TCP_REVENTS: what the kernel said of the TCP fd, or
      * VS_TCP_UNKNOWN. WATCH_FIRED: the watch fd was reported. */
     unsigned (*poll)(struct vs_sock *s, int fd, unsigned interest, int tcp_revents,

@@ -164,10 +164,10 @@ if [ "$(ulimit -H -l)" = unlimited ]; then
   expect memlock-unlimited 0 '^  OK       locked memory \(RLIMIT_MEMLOCK\): unlimited$' -- \
     env VSOCKET_DOCTOR_SYSROOT="$tmp/ok" bash -c 'ulimit -l unlimited && exec "$0" doctor --rdma' "$vs"
 fi
-# Descriptors: 3 per connection on RDMA against RLIMIT_NOFILE (exit code aside).
-expect nofile-few 0 '^  WARN     open files limit too small for many connections: RLIMIT_NOFILE 150 holds ~50 connections on RDMA .*ulimit -n' -- \
-  env VSOCKET_DOCTOR_SYSROOT="$tmp/ok" bash -c 'ulimit -n 150 && "$0" doctor --rdma; exit 0' "$vs"
-expect nofile-ok 0 '^  OK       open files: RLIMIT_NOFILE 600 holds ~200 connections on RDMA' -- \
+# Descriptors: 2 per connection on RDMA against RLIMIT_NOFILE (exit code aside).
+expect nofile-few 0 '^  WARN     open files limit too small for many connections: RLIMIT_NOFILE 100 holds ~50 connections on RDMA .*ulimit -n' -- \
+  env VSOCKET_DOCTOR_SYSROOT="$tmp/ok" bash -c 'ulimit -n 100 && "$0" doctor --rdma; exit 0' "$vs"
+expect nofile-ok 0 '^  OK       open files: RLIMIT_NOFILE 600 holds ~300 connections on RDMA' -- \
   env VSOCKET_DOCTOR_SYSROOT="$tmp/ok" bash -c 'ulimit -n 600 && "$0" doctor --rdma; exit 0' "$vs"
 # The estimate per connection (exit code aside: it depends on this user's limit).
 expect ring-1m 0 'each registers ~2064 KiB: 2 x 1024 KiB rings' -- \

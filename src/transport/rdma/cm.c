@@ -567,36 +567,16 @@ void vs_rdma_progress(struct vs_rdma_conn *c, int fd)
     pthread_mutex_unlock(&c->ctl_lock);
 }
 
-/* A set-up under way gives its descriptors back. (list) */
-static void give_back(struct vs_rdma_conn *c, void *arg)
-{
-    unsigned *freed = arg;
-    if (!vs_rdma_active(c) || vs_rdma_done(c) || pthread_mutex_trylock(&c->ctl_lock) != 0)
-        return;
-    int hs = atomic_load(&c->hs);
-    if (hs != VS_RDMA_YOUNG && hs != VS_RDMA_DONE && hs != VS_RDMA_FAILED) {
-        *freed += c->channel != NULL;
-        fail(c, VS_REASON_NO_DESCRIPTORS);
-        vs_rdma_bump(c);
-    }
-    pthread_mutex_unlock(&c->ctl_lock);
-}
-
+/* A set-up under way holds no descriptor of its own (its completion
+ * channel is its thread's, cq.h): nothing to give back. Only none starts
+ * for a while, as a thread's first set-up opens its channel. */
 unsigned vs_rdma_fds_short(void)
 {
+    if (vs_now_ns() > atomic_load(&fds_short_until))
+        vs_info("rdma: the program met its descriptor limit: no set-up starts for %ld s",
+                FDS_SHORT_NS / 1000000000L);
     atomic_store(&fds_short_until, vs_now_ns() + FDS_SHORT_NS);
-    unsigned freed = 0;
-    vs_rdma_conn_each(give_back, &freed);
-    if (freed)
-        vs_info("rdma: the program met its descriptor limit: %u set-ups under way gave theirs "
-                "back; none starts for %ld s",
-                freed, FDS_SHORT_NS / 1000000000L);
-    return freed;
-}
-
-int vs_rdma_event_fd(struct vs_rdma_conn *c)
-{
-    return vs_rdma_done(c) && c->channel ? c->channel->fd : -1;
+    return 0;
 }
 
 /* A credit immediate: the peer read some of our data (the word says how

@@ -123,6 +123,21 @@ void vs_rdma_conn_each(void (*fn)(struct vs_rdma_conn *c, void *arg), void *arg)
     pthread_mutex_unlock(&list_lock);
 }
 
+/* A forked child's copy: its rdma_cm id, queue pair, memory registrations
+ * and CQ are the parent's (the device files are shared): forgotten, never
+ * destroyed nor polled here. Its memory is the child's copy. */
+static void forget_parents(struct vs_rdma_conn *c)
+{
+    c->id = c->listen_id = NULL;
+    c->qp = NULL;
+    c->pd = NULL;
+    c->cqg = NULL;
+    c->gcq = NULL;
+    c->cq = NULL;
+    c->inbox = NULL; /* in the group's lock's keeping: left */
+    c->rx.mr = c->tx.mr = c->msgs.mr = c->credit.mr = NULL;
+}
+
 /* fork: the child's copies of the connections are not its own (their
  * memory and queue pairs are the parent's): forget them without touching
  * them. Their sockets in the child go through vs_rdma_ops still and find
@@ -148,6 +163,7 @@ void vs_rdma_conn_fork_child(void)
         }
         atomic_store(&c->share, -1); /* the parent's to drop */
         atomic_store(&c->hs, VS_RDMA_FAILED);
+        forget_parents(c);
         /* The socket is the parent's to keep open, not ours. */
         if (c->hold_fd >= 0)
             vs_ownfd_close(c->hold_fd, c);

@@ -20,6 +20,7 @@
 
 #include "core/sock.h"
 #include "readiness/epoll.h"
+#include "transport/rdma/cq.h"
 #include "transport/rdma/proof.h"
 #include "transport/rdma/proto.h"
 #include "transport/stream.h"
@@ -82,10 +83,15 @@ struct vs_rdma_conn {
 
     /* Verbs resources (valid once the queue pair exists). */
     struct ibv_pd *pd;
-    struct ibv_comp_channel *channel;
+    /* The CQ and channel of the group of the thread that set it up (cq.c);
+     * its completions, sorted there, wait in its inbox (group lock). */
+    struct vs_rdma_cqg *cqg;
+    struct vs_rdma_gcq *gcq; /* its CQ there */
     struct ibv_cq *cq;
+    uint32_t cq_tag;
+    struct vs_rdma_wc *inbox;
+    unsigned inbox_size, inbox_head, inbox_tail;
     struct ibv_qp *qp;
-    unsigned cq_events;  /* channel events not yet acknowledged (qp_lock) */
     unsigned depth;      /* work requests per queue */
     uint32_t inline_max; /* the most a send may carry inline */
 
@@ -294,11 +300,9 @@ void vs_rdma_forked_drop(struct vs_rdma_conn *c);
 
 /* cm.c: the rendezvous over rdma_cm. */
 void vs_rdma_progress(struct vs_rdma_conn *c, int fd);
-/* The program met its descriptor limit: set-ups under way give theirs back
- * and none starts for a while. How many went back. */
+/* The program met its descriptor limit: no set-up starts for a while (a
+ * set-up under way holds no descriptor of its own to give back). 0. */
 unsigned vs_rdma_fds_short(void);
-/* The fd whose readability means "look at the connection", or -1. */
-int vs_rdma_event_fd(struct vs_rdma_conn *c);
 /* A message from the peer, during the set-up or after; a credit
  * immediate. Called while the CQ is polled (qp_lock): they only store. */
 void vs_rdma_on_msg(struct vs_rdma_conn *c, const struct vs_rdma_msg *m);

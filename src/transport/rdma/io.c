@@ -126,11 +126,18 @@ int vs_rdma_wait(struct vs_rdma_conn *c, int fd, short tcp_events, struct vs_blo
         if (vs_spin_until(cq_news, c, mark))
             return 0;
     }
-    struct pollfd p[3] = {{.fd = fd, .events = tcp_events}};
-    int n = 1;
-    if (c->channel) {
+    struct pollfd p[4] = {{.fd = fd, .events = tcp_events}};
+    int n = 1, wake = -1;
+    struct vs_rdma_cqg *g = c->cqg;
+    /* Counted before the CQ is armed (cq.c arms it again for sleepers). */
+    bool shared = atomic_fetch_add(&c->sleepers, 1) > 0;
+    if (g) {
+        /* The channel is the thread's connections': whoever reads an
+         * event of ours wakes us by this eventfd (cq.h). */
+        if ((wake = vs_rdma_cq_sleep_begin(g)) >= 0)
+            p[n++] = (struct pollfd){.fd = wake, .events = POLLIN};
         vs_rdma_notify(c);
-        p[n++] = (struct pollfd){.fd = c->channel->fd, .events = POLLIN};
+        p[n++] = (struct pollfd){.fd = vs_rdma_cq_fd(c), .events = POLLIN};
     }
     /* rdma_cm events: the set-up's, and after it the peer's disconnection
      * (its process died: its kernel tore its queue pair down). */
@@ -144,9 +151,11 @@ int vs_rdma_wait(struct vs_rdma_conn *c, int fd, short tcp_events, struct vs_blo
     /* Completions that came before the notification was armed. */
     uint64_t mark[4] = {atomic_load(&c->rx_head), vs_rdma_peer_tail(c), atomic_load(&c->gen),
                         __atomic_load_n(&c->sq_done, __ATOMIC_RELAXED)};
-    if (cq_news(c, mark))
+    if (cq_news(c, mark)) {
+        atomic_fetch_sub(&c->sleepers, 1);
+        vs_rdma_cq_sleep_end(g, wake);
         return 0;
-    bool shared = atomic_fetch_add(&c->sleepers, 1) > 0;
+    }
     long slice = shared ? VS_WAIT_SHARED_NAP_NS : VS_WAIT_SLICE_NS;
     bool nap = left < 0 || left > slice;
     if (nap)
@@ -155,13 +164,14 @@ int vs_rdma_wait(struct vs_rdma_conn *c, int fd, short tcp_events, struct vs_blo
     int rc = (int)syscall(SYS_ppoll, p, n, &ts, NULL, _NSIG / 8);
     int err = errno;
     atomic_fetch_sub(&c->sleepers, 1);
+    vs_rdma_cq_sleep_end(g, wake);
     if (rc < 0)
         return err == EINTR ? -EINTR : 0;
     if (rc == 0 && !nap)
         return -ETIMEDOUT;
     if (p[0].revents)
         atomic_store(&c->tcp_event, true);
-    if (c->channel)
+    if (c->cqg)
         vs_rdma_channel_drain(c);
     if (cm >= 0 && p[cm].revents)
         vs_rdma_dev_events();

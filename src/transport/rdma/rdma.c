@@ -184,7 +184,20 @@ static unsigned tcp_interest(struct vs_sock *s, unsigned user)
 static int watch_fd(struct vs_sock *s)
 {
     struct vs_rdma_conn *c = s->conn;
-    return vs_rdma_active(c) && c->channel ? c->channel->fd : -1;
+    return vs_rdma_active(c) && c->cqg ? vs_rdma_cq_fd(c) : -1;
+}
+
+/* The watch fd is the completion channel of the connections the thread
+ * that set this one up has (cq.h). */
+static bool watch_shared(struct vs_sock *s)
+{
+    (void)s;
+    return true;
+}
+
+static void shared_news(int fd)
+{
+    vs_rdma_cq_events(fd);
 }
 
 /* Readiness from memory (the CQ is polled without a system call). */
@@ -270,19 +283,21 @@ static bool spins(struct vs_sock *s)
 static bool setup_on_qp(struct vs_rdma_conn *c)
 {
     int hs = atomic_load(&c->hs);
-    return c->channel && (hs == VS_RDMA_ACCEPT || hs == VS_RDMA_WAIT_RING);
+    return c->cqg && (hs == VS_RDMA_ACCEPT || hs == VS_RDMA_WAIT_RING);
 }
 
 static unsigned arm(struct vs_sock *s, unsigned interest)
 {
     struct vs_rdma_conn *c = s->conn;
     unsigned armed = 0;
+    /* Counted before the CQ is armed: a thread that reads the channel's
+     * event meanwhile arms it again for a connection with sleepers (cq.c). */
     if (setup_on_qp(c) && (interest & POLLIN)) {
-        vs_rdma_notify(c);
         atomic_fetch_add(&c->sleepers, 1);
+        vs_rdma_notify(c);
         return POLLIN;
     }
-    if (!vs_rdma_done(c) || !c->channel)
+    if (!vs_rdma_done(c) || !c->cqg)
         return 0;
     /* Before the peer's SWITCH too: it comes on the CQ, and the bytes
      * after it never on TCP, so a reader asleep on TCP alone would miss
@@ -296,8 +311,8 @@ static unsigned arm(struct vs_sock *s, unsigned interest)
             vs_rdma_ask_credit(c);
     }
     if (armed) {
-        vs_rdma_notify(c);
         atomic_fetch_add(&c->sleepers, 1);
+        vs_rdma_notify(c);
     }
     return armed;
 }
@@ -340,7 +355,7 @@ static uint64_t tx_mark(struct vs_sock *s)
 static bool rx_by_kernel(struct vs_sock *s)
 {
     struct vs_rdma_conn *c = s->conn;
-    return !vs_rdma_active(c) || !c->channel;
+    return !vs_rdma_active(c) || !c->cqg;
 }
 
 /* A cold epoll record (readiness/epoll.c) hears of the connection only
@@ -360,7 +375,7 @@ static bool cold_attach(struct vs_sock *s, void *rec)
         return true;
     void *none = NULL;
     bool stalled = vs_stream_tx_on_transport(&c->st) && atomic_load(&c->tx_stall_ns);
-    return vs_rdma_done(c) && c->channel && spins(s) && !stalled &&
+    return vs_rdma_done(c) && c->cqg && spins(s) && !stalled &&
            atomic_compare_exchange_strong(&c->cold_rec, &none, rec);
 }
 
@@ -476,6 +491,7 @@ static void fork_parent(void)
 static void fork_child(void)
 {
     vs_rdma_conn_fork_child();
+    vs_rdma_cq_fork_child();
     vs_rdma_dev_fork_child();
 }
 
@@ -507,6 +523,8 @@ const struct vs_transport_ops vs_rdma_ops = {
     .translated = translated,
     .tcp_interest = tcp_interest,
     .watch_fd = watch_fd,
+    .watch_shared = watch_shared,
+    .shared_news = shared_news,
     .poll = poll_now,
     .poll_fast = poll_fast,
     .spins = spins,

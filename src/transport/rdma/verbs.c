@@ -5,7 +5,6 @@
  * credit word are the only areas the peer may write, and nothing is ever
  * remotely readable. Message buffers and the send copy are local. */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +15,6 @@
 
 #include "config/config.h"
 #include "config/log.h"
-#include "core/ownfd.h"
 #include "transport/rdma/conn.h"
 #include "transport/rdma/dev.h"
 
@@ -58,20 +56,9 @@ static int post_recv(struct vs_rdma_conn *c, unsigned slot)
         .length = VS_RDMA_MSG_SIZE,
         .lkey = c->msgs.mr->lkey,
     };
-    struct ibv_recv_wr wr = {.wr_id = slot, .sg_list = &sge, .num_sge = 1}, *bad;
+    struct ibv_recv_wr wr = {.wr_id = vs_rdma_cq_wr_id(c, slot), .sg_list = &sge, .num_sge = 1},
+                       *bad;
     return ibv_post_recv(c->qp, &wr, &bad);
-}
-
-/* The completion channel's fd is one of ours (core/ownfd.h) and never
- * blocks: readiness reads it without waiting. */
-static int own_channel(struct vs_rdma_conn *c)
-{
-    int fl = fcntl(c->channel->fd, F_GETFL);
-    if (fl < 0 || fcntl(c->channel->fd, F_SETFL, fl | O_NONBLOCK) < 0)
-        return -errno;
-    fcntl(c->channel->fd, F_SETFD, FD_CLOEXEC);
-    c->channel->fd = vs_ownfd_take(c->channel->fd, c, NULL);
-    return 0;
 }
 
 int vs_rdma_verbs_setup(struct vs_rdma_conn *c, struct rdma_cm_id *id)
@@ -84,15 +71,10 @@ int vs_rdma_verbs_setup(struct vs_rdma_conn *c, struct rdma_cm_id *id)
         return -errno;
     snprintf(c->device, sizeof(c->device), "%s", ibv_get_device_name(id->verbs->device));
     c->depth = (unsigned)vs_config.rdma_qp_depth;
-    c->channel = ibv_create_comp_channel(id->verbs);
-    if (!c->channel)
-        return -errno;
-    int rc = own_channel(c);
+    /* The CQ and channel of this thread's connections (cq.c). */
+    int rc = vs_rdma_cq_attach(c, id->verbs);
     if (rc < 0)
         return rc;
-    c->cq = ibv_create_cq(id->verbs, (int)(2 * c->depth), c, c->channel, 0);
-    if (!c->cq)
-        return -errno;
     c->rx_size = c->tx_size = vs_config.rdma_ring;
     int local = IBV_ACCESS_LOCAL_WRITE;
     /* Message buffers: DEPTH to receive into, DEPTH to send from. */
@@ -145,19 +127,8 @@ void vs_rdma_verbs_teardown(struct vs_rdma_conn *c)
         rdma_destroy_qp(c->id);
         c->qp = NULL;
     }
-    if (c->cq) {
-        ibv_ack_cq_events(c->cq, c->cq_events);
-        ibv_destroy_cq(c->cq);
-        c->cq = NULL;
-        c->cq_events = 0; /* a refused caller's CQ: the next one counts anew */
-    }
-    if (c->channel) {
-        /* The fd was ours: let ownfd forget it before the library closes it. */
-        if (!vs_ownfd_mine(c->channel->fd, c))
-            c->channel->fd = -1;
-        ibv_destroy_comp_channel(c->channel);
-        c->channel = NULL;
-    }
+    /* After the queue pair: nothing of it can reach the CQ any more. */
+    vs_rdma_cq_detach(c);
     area_free(&c->rx);
     area_free(&c->credit);
     area_free(&c->msgs);
@@ -180,7 +151,7 @@ static int post_send_locked(struct vs_rdma_conn *c, struct ibv_send_wr *wr)
         c->since_signal = 0;
     }
     c->sq_posted++;
-    wr->wr_id = signal ? c->sq_posted : 0;
+    wr->wr_id = vs_rdma_cq_wr_id(c, signal ? c->sq_posted : 0);
     struct ibv_send_wr *bad;
     int rc = ibv_post_send(c->qp, wr, &bad);
     if (rc) {
@@ -191,21 +162,21 @@ static int post_send_locked(struct vs_rdma_conn *c, struct ibv_send_wr *wr)
 }
 
 /* Completions free send queue slots: each signalled one, all before it. */
-static void on_send_done(struct vs_rdma_conn *c, const struct ibv_wc *wc)
+static void on_send_done(struct vs_rdma_conn *c, const struct vs_rdma_wc *wc)
 {
     if (wc->opcode == IBV_WC_RDMA_READ) {
         vs_rdma_pull_done(c);
         vs_rdma_bump(c);
     }
-    if (wc->wr_id && wc->wr_id - c->sq_done <= c->sq_posted - c->sq_done)
-        c->sq_done = (unsigned)wc->wr_id;
+    if (wc->wr && wc->wr - c->sq_done <= c->sq_posted - c->sq_done)
+        c->sq_done = wc->wr;
 }
 
-static void on_recv(struct vs_rdma_conn *c, const struct ibv_wc *wc)
+static void on_recv(struct vs_rdma_conn *c, const struct vs_rdma_wc *wc)
 {
-    unsigned slot = (unsigned)wc->wr_id;
+    unsigned slot = wc->wr;
     if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
-        uint32_t imm = ntohl(wc->imm_data);
+        uint32_t imm = ntohl(wc->imm);
         if (imm & VS_RDMA_IMM_CREDIT) {
             vs_rdma_on_credit(c);
         } else {
@@ -230,16 +201,16 @@ static void on_recv(struct vs_rdma_conn *c, const struct ibv_wc *wc)
 /* (qp_lock) */
 static int poll_locked(struct vs_rdma_conn *c)
 {
-    struct ibv_wc wc[16];
+    struct vs_rdma_wc wc[16];
     int total = 0, n;
-    while ((n = ibv_poll_cq(c->cq, 16, wc)) > 0) {
+    while ((n = vs_rdma_cq_take(c, wc, 16)) > 0) {
         total += n;
         for (int i = 0; i < n; i++) {
             if (wc[i].status != IBV_WC_SUCCESS) {
                 /* Flushed or failed: the queue pair is in error for good. */
                 if (!atomic_exchange(&c->broken, true))
                     vs_info("rdma %s: completion error: %s", c->device,
-                            ibv_wc_status_str(wc[i].status));
+                            ibv_wc_status_str((enum ibv_wc_status)wc[i].status));
                 continue;
             }
             if (wc[i].opcode & IBV_WC_RECV)
@@ -248,8 +219,6 @@ static int poll_locked(struct vs_rdma_conn *c)
                 on_send_done(c, &wc[i]);
         }
     }
-    if (n < 0)
-        atomic_store(&c->broken, true);
     return total;
 }
 
@@ -272,29 +241,14 @@ void vs_rdma_poll(struct vs_rdma_conn *c)
 
 void vs_rdma_notify(struct vs_rdma_conn *c)
 {
-    if (c->cq)
-        ibv_req_notify_cq(c->cq, 0);
+    vs_rdma_cq_notify(c);
 }
 
 void vs_rdma_channel_drain(struct vs_rdma_conn *c)
 {
-    if (!c->channel)
-        return;
-    struct ibv_cq *cq;
-    void *ctx;
-    unsigned got = 0;
-    pthread_mutex_lock(&c->qp_lock);
-    while (ibv_get_cq_event(c->channel, &cq, &ctx) == 0)
-        got++;
-    c->cq_events += got;
-    if (c->cq_events >= 64) {
-        ibv_ack_cq_events(c->cq, c->cq_events);
-        c->cq_events = 0;
-    }
-    pthread_mutex_unlock(&c->qp_lock);
-    /* The event was a cold epoll record's wake-up too. */
-    if (got)
-        vs_rdma_pass_news_on(c);
+    int fd = vs_rdma_cq_fd(c);
+    if (fd >= 0)
+        vs_rdma_cq_events(fd);
 }
 
 int vs_rdma_post_msg(struct vs_rdma_conn *c, const struct vs_rdma_msg *m)
