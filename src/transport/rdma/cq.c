@@ -33,10 +33,7 @@
 struct vs_rdma_gcq {
     struct ibv_cq *cq;
     unsigned size;
-    unsigned room; /* completions not reserved */
-    /* Armed, or its event not read yet: the next completion wakes
-     * sleepers either way, so arming again is no system call. */
-    _Atomic bool armed;
+    unsigned room;    /* completions not reserved */
     unsigned unacked; /* channel events not acknowledged yet */
 };
 
@@ -364,7 +361,7 @@ void vs_rdma_cq_detach(struct vs_rdma_conn *c)
 void vs_rdma_cq_notify(struct vs_rdma_conn *c)
 {
     struct vs_rdma_gcq *q = c->gcq;
-    if (q && !atomic_exchange(&q->armed, true))
+    if (q)
         ibv_req_notify_cq(q->cq, 0);
 }
 
@@ -400,11 +397,9 @@ static void wake_others(struct vs_rdma_cqg *g)
  * meanwhile ring nothing. (group) */
 static void rearm_if_waited(struct vs_rdma_cqg *g, struct vs_rdma_gcq *q)
 {
-    atomic_store(&q->armed, false);
     for (unsigned i = 0; i < g->nslots; i++) {
         struct vs_rdma_conn *c = g->slots[i];
         if (c && c->gcq == q && atomic_load(&c->sleepers) > 0) {
-            atomic_store(&q->armed, true);
             ibv_req_notify_cq(q->cq, 0);
             sort_cq(g, q); /* what came before the arming rings nothing */
             return;
