@@ -23,7 +23,10 @@ stage() {
   echo
   echo "=== stage: $name ==="
   local start=$SECONDS
-  if "$@" && cores_report; then
+  local ok=true
+  "$@" || ok=false
+  cores_report || ok=false
+  if $ok; then
     passed=$((passed + 1))
     echo "=== stage $name: PASSED ($((SECONDS - start)) s) ==="
   else
