@@ -15,8 +15,10 @@ writer's frames come back in order, none missing. Scenarios:
             they take turns writing and reading (sizes that make rings grow,
             pauses that let them give memory back), then write at once while
             the parent reads, then the child writes once more at its exit
-  young     fork while the connection is young; the child uses it, then
-            exits; the parent's connection then upgrades
+  young     fork while the connection is young; the child writes and exits
+            (a subprocess); the parent's connection then upgrades
+  young_lives  the same, the child living on and both writing: one path at
+            both ends
   spawn     CONNS connections setting up and echoing while the process runs
             subprocess.run, posix_spawn and system() in a loop; every one
             must end on the transport under test
@@ -28,6 +30,7 @@ Environment: VSOCKET_BIN (the vsocket tool, for `vsocket stat`),
 VSOCKET_FORK_CONNS (spawn: connections, default 100),
 VSOCKET_SEMANTICS_TRANSPORT (shm or rdma: the transport expected).
 """
+import faulthandler
 import json
 import mmap
 import os
@@ -110,9 +113,25 @@ def transports(pid=None):
     return found
 
 
-def local_name(s):
-    host, port = s.getsockname()[:2]
+def addr_name(addr):
+    host, port = addr[:2]
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def local_name(s):
+    return addr_name(s.getsockname())
+
+
+def peer_transport(s):
+    """The transport the other end of S shows (any process of this host)."""
+    out = subprocess.run([os.environ["VSOCKET_BIN"], "stat", "--json"], capture_output=True,
+                         text=True, timeout=60)
+    me, peer = local_name(s), addr_name(s.getpeername())
+    for p in json.loads(out.stdout or "{}").get("processes", []):
+        for so in p.get("sockets", []):
+            if so.get("local") == peer and so.get("peer") == me and not so.get("closed"):
+                return so.get("transport"), so.get("reason")
+    return None, None
 
 
 def transport_of(s):
@@ -220,23 +239,55 @@ def young(addr, port):
     s = connect(addr, port)
     echo(s, 0, 0, 100)
     pid = os.fork()
-    if pid == 0:
+    if pid == 0:  # as a subprocess whose program writes once and exits
         try:
-            time.sleep(0.5)
-            echo(s, 1, 0, 300 << 10)
+            s.sendall(frame(1, 0, 16 << 10))
             os._exit(0)
         except BaseException:
             os._exit(1)
-    for i in range(20):  # meanwhile: stays young, or waits shared
-        echo(s, 0, 1 + i, 16 << 10)
-        time.sleep(0.02)
     _, status = os.waitpid(pid, 0)
     expect(status == 0, f"child exit status {status}")
+    r = Reader(s)
+    expect(r.one() == (1, 16 << 10), "the child's frame")
     got = wait_transport(s, TRANSPORT)
     expect(got[0] == TRANSPORT, f"alone again, the connection did not upgrade: {got}")
     for i in range(4):
-        echo(s, 0, 21 + i, 1 << 20)
+        echo(s, 0, 1 + i, 1 << 20)
     return {"transport": got[0]}
+
+
+def young_lives(addr, port):
+    """The child lives on beside the parent, both writing: the connection
+    stays on TCP while shared (or its peer gives up on it), ends on one path
+    at both ends."""
+    s = connect(addr, port)
+    echo(s, 0, 0, 100)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            time.sleep(0.2)
+            s.sendall(frame(1, 0, 16 << 10))
+            time.sleep(0.5)
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+    # Both write (one frame per send, small: no send waits for room, so
+    # none is split), the parent reads.
+    r = Reader(s)
+    r.next = {0: 1, 1: 0}
+    for i in range(20):
+        s.sendall(frame(0, 1 + i, 16 << 10))
+        time.sleep(0.02)
+    seen = [r.one()[0] for _ in range(21)]
+    expect(seen.count(1) == 1, f"the child's frame came back {seen.count(1)} times")
+    _, status = os.waitpid(pid, 0)
+    expect(status == 0, f"child exit status {status}")
+    for i in range(8):
+        echo(s, 0, 21 + i, 256 << 10)
+    got = wait_transport(s, TRANSPORT, seconds=5)
+    theirs = peer_transport(s)
+    expect(theirs[0] == got[0], f"this end on {got}, the other on {theirs}")
+    return {"transport": got[0], "reason": got[1], "peer": theirs}
 
 
 def spawn(addr, port):
@@ -285,7 +336,9 @@ def midsetup(addr, port, child_lives):
     for i in range(8):
         echo(s, 0, 2 + i, 256 << 10)
     got = wait_transport(s, TRANSPORT, seconds=5)
-    return {"transport": got[0], "reason": got[1], "local": local_name(s)}
+    theirs = peer_transport(s)
+    expect(theirs[0] == got[0], f"this end on {got}, the other on {theirs}")
+    return {"transport": got[0], "reason": got[1], "peer": theirs}
 
 
 def serve(addr):
@@ -296,11 +349,14 @@ def serve(addr):
 
     def one(c):
         with c:
-            while True:
-                b = c.recv(1 << 20)
-                if not b:
-                    return
-                c.sendall(b)
+            try:
+                while True:
+                    b = c.recv(1 << 20)
+                    if not b:
+                        return
+                    c.sendall(b)
+            except ConnectionError:  # a client that failed and went
+                return
 
     while True:
         c, _ = lst.accept()
@@ -308,10 +364,14 @@ def serve(addr):
 
 
 def main():
+    # A hang shows where every thread waits, then fails the run.
+    scale = float(os.environ.get("VSOCKET_SEMANTICS_TIME_SCALE") or 1)
+    if sys.argv[1] != "serve":
+        faulthandler.dump_traceback_later(120 * scale, exit=True)
     if sys.argv[1] == "serve":
         return serve(sys.argv[2])
     scenario, addr, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    run = {"turns": turns, "young": young, "spawn": spawn,
+    run = {"turns": turns, "young": young, "young_lives": young_lives, "spawn": spawn,
            "midsetup_exit": lambda a, p: midsetup(a, p, False),
            "midsetup_lives": lambda a, p: midsetup(a, p, True)}[scenario]
     try:
