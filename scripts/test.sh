@@ -8,7 +8,9 @@
 #      build/fuzz (tests/fuzz; docs/design/fuzzing.md);
 #   5. the same ctest and compatibility suite on an ASan+UBSan build;
 #   6. the RDMA stage in a Soft-RoCE guest (VSOCKET_SKIP_RDMA=1 skips it, loudly).
-# Exits non-zero when any stage fails; the last line counts stages.
+# A core dumped during a stage fails it and its backtrace is printed
+# (scripts/cores.sh). Exits non-zero when any stage fails; the last line
+# counts stages.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -21,7 +23,10 @@ stage() {
   echo
   echo "=== stage: $name ==="
   local start=$SECONDS
-  if "$@"; then
+  local ok=true
+  "$@" || ok=false
+  cores_report || ok=false
+  if $ok; then
     passed=$((passed + 1))
     echo "=== stage $name: PASSED ($((SECONDS - start)) s) ==="
   else
@@ -53,6 +58,11 @@ compat() {
 }
 
 scripts/install-deps.sh all || { echo "install-deps failed"; exit 1; }
+
+# A program that crashes in a test fails its stage with its backtrace, even
+# when the test itself did not notice (a forked child, a server's worker).
+source scripts/cores.sh
+cores_setup "$root/build/cores"
 
 # VSOCKET_FUZZ=ON: install-deps put clang and libFuzzer there, so a build
 # without the fuzz targets is an error, not a silent skip.

@@ -89,6 +89,7 @@ VS_EXPORT int daemon(int nochdir, int noclose)
         char *const *env = built.env;                                                              \
         int r = (exec);                                                                            \
         int saved_errno = errno;                                                                   \
+        vs_transports_exec_failed();                                                               \
         if (built.env != (char **)(envp))                                                          \
             vs_exec_env_release(&built);                                                           \
         errno = saved_errno;                                                                       \

@@ -54,6 +54,13 @@ void vs_transports_before_exec(void)
         table[i]->before_exec();
 }
 
+void vs_transports_exec_failed(void)
+{
+    for (size_t i = 0; i < COUNT; i++)
+        if (table[i]->exec_failed)
+            table[i]->exec_failed();
+}
+
 void vs_transports_leave_all(const char *reason)
 {
     for (size_t i = 0; i < COUNT; i++)

@@ -137,6 +137,9 @@ struct vs_transport_ops {
     void (*fork_child)(void);
     void (*fork_failed)(void);
     void (*before_exec)(void);
+    /* The exec failed: the process still holds what it inherited. May be
+     * NULL. */
+    void (*exec_failed)(void);
     void (*leave_all)(const char *reason);
     /* The program's socket or accept met EMFILE/ENFILE: descriptors held
      * for set-ups under way go back, and none starts for a while, so that
@@ -154,6 +157,7 @@ void vs_transports_fork_parent(void);
 void vs_transports_fork_child(void);
 void vs_transports_fork_failed(void);
 void vs_transports_before_exec(void);
+void vs_transports_exec_failed(void);
 void vs_transports_leave_all(const char *reason);
 unsigned vs_transports_fds_short(void);
 

@@ -101,6 +101,7 @@ MARKERS = {
     "ncat": "ncat file transfer and --exec echo",
     "python_echo": "stdlib socket + selectors echo client/server",
     "stress": "vsocket-stress in every mode",
+    "rsync": "rsync daemon pulls and pushes (client and daemon fork with the socket open)",
     "mixed": "one end plain, the other under vsocket (kernel TCP, reason peer-not-vsocket)",
 }
 

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -24,38 +25,55 @@
 #include "transport/shm/shm.h"
 #include "transport/shm/shm_internal.h"
 
-/* Every connection this process holds, for fork. */
+/* Every connection this process holds, for fork, exec and the reclaim
+ * walk. A private array, not links in the connections' pages: those are
+ * shared by fork, and a link would point into a page the other process
+ * does not map (a connection it made after the fork). */
+struct held {
+    struct vs_shm_conn *c;
+    bool inherited;    /* exec: a descriptor of it stays open in the new image */
+    bool exec_dropped; /* exec: we stopped holding it (vs_shm_holder_gone) */
+};
 static pthread_mutex_t conns_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct vs_shm_conn *conns;
+static struct held *held;
+static size_t held_count, held_cap;
 
-static void list_add(struct vs_shm_conn *c)
+static bool list_add(struct vs_shm_conn *c)
 {
     pthread_mutex_lock(&conns_lock);
-    c->prev = NULL;
-    c->next = conns;
-    if (conns)
-        conns->prev = c;
-    conns = c;
+    if (held_count == held_cap) {
+        size_t cap = held_cap ? 2 * held_cap : 64;
+        struct held *more = realloc(held, cap * sizeof(*more));
+        if (!more) {
+            pthread_mutex_unlock(&conns_lock);
+            return false;
+        }
+        held = more;
+        held_cap = cap;
+    }
+    held[held_count++] = (struct held){.c = c};
     pthread_mutex_unlock(&conns_lock);
+    return true;
 }
 
+/* From the end: a connection that lives for one request was added last. */
 static void list_del(struct vs_shm_conn *c)
 {
     pthread_mutex_lock(&conns_lock);
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        conns = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
+    for (size_t i = held_count; i-- > 0;) {
+        if (held[i].c == c) {
+            held[i] = held[--held_count];
+            break;
+        }
+    }
     pthread_mutex_unlock(&conns_lock);
 }
 
 void vs_shm_conn_each(void (*fn)(struct vs_shm_conn *c, void *arg), void *arg)
 {
     pthread_mutex_lock(&conns_lock);
-    for (struct vs_shm_conn *c = conns; c; c = c->next)
-        fn(c, arg);
+    for (size_t i = 0; i < held_count; i++)
+        fn(held[i].c, arg);
     pthread_mutex_unlock(&conns_lock);
 }
 
@@ -122,7 +140,11 @@ struct vs_shm_conn *vs_shm_conn_new(struct vs_sock *s, bool accepter, int fd,
         return NULL;
     }
     atomic_store(&c->hs, VS_HS_YOUNG);
-    list_add(c);
+    vs_shm_holder_new(c);
+    if (!list_add(c)) {
+        page_put(c, true);
+        return NULL;
+    }
     return c;
 }
 
@@ -164,6 +186,7 @@ void vs_shm_release(struct vs_sock *s)
     s->ops = NULL;
     s->conn = NULL;
     list_del(c);
+    vs_shm_holder_gone(c);
     bool last = atomic_fetch_sub(&c->holders, 1) == 1;
     vs_plock_lock(&c->ctl_lock);
     bool rx_ready = atomic_load(&c->rx_ready), tx_ready = atomic_load(&c->tx_ready);
@@ -192,21 +215,28 @@ void vs_shm_release(struct vs_sock *s)
 
 /* The child of a fork holds every connection too: count it before the fork,
  * so that a parent closing its copy at once cannot tear a connection down
- * under the child. */
+ * under the child. No set-up step is under way meanwhile (holders.c). */
 void vs_shm_fork_prepare(void)
 {
+    vs_shm_setup_fork_prepare();
     pthread_mutex_lock(&conns_lock);
-    for (struct vs_shm_conn *c = conns; c; c = c->next)
-        atomic_fetch_add(&c->holders, 1);
+    for (size_t i = 0; i < held_count; i++) {
+        atomic_fetch_add(&held[i].c->holders, 1);
+        vs_shm_holder_fork_prepare(held[i].c);
+    }
 }
 
 void vs_shm_fork_parent(void)
 {
     pthread_mutex_unlock(&conns_lock);
+    vs_shm_setup_fork_parent();
 }
 
 void vs_shm_fork_child(void)
 {
+    vs_shm_setup_fork_child();
+    for (size_t i = 0; i < held_count; i++)
+        vs_shm_holder_fork_child(held[i].c);
     /* The parent keeps its spare pages: ours are the same pages. */
     for (int i = 0; i < spare_count; i++)
         munmap(spare[i], sizeof(*spare[i]));
@@ -218,8 +248,10 @@ void vs_shm_fork_child(void)
 void vs_shm_fork_failed(void)
 {
     pthread_mutex_lock(&conns_lock);
-    for (struct vs_shm_conn *c = conns; c; c = c->next)
-        atomic_fetch_sub(&c->holders, 1);
+    for (size_t i = 0; i < held_count; i++) {
+        atomic_fetch_sub(&held[i].c->holders, 1);
+        vs_shm_holder_fork_failed(held[i].c);
+    }
     pthread_mutex_unlock(&conns_lock);
 }
 
@@ -291,9 +323,64 @@ static void leave_one(int fd, struct vs_sock *s, void *arg)
     vs_plock_unlock(&c->ctl_lock);
 }
 
+static void mark_inherited(int fd, struct vs_sock *s, void *arg)
+{
+    (void)arg;
+    if (s->ops != &vs_shm_ops || !s->conn)
+        return;
+    long fl = syscall(SYS_fcntl, fd, F_GETFD);
+    if (fl < 0 || (fl & FD_CLOEXEC))
+        return;
+    for (size_t i = 0; i < held_count; i++)
+        if (held[i].c == s->conn)
+            held[i].inherited = true;
+}
+
+/* A connection none of whose descriptors survives the exec is no longer
+ * ours once it succeeds: the other holders (a parent running a subprocess)
+ * may carry on alone, its set-up included. Never the last holder: if the
+ * exec fails we hold it again (vs_shm_exec_failed). */
+static void drop_closed_on_exec(void)
+{
+    pthread_mutex_lock(&conns_lock);
+    for (size_t i = 0; i < held_count; i++)
+        held[i].inherited = held[i].exec_dropped = false;
+    vs_fd_for_each(mark_inherited, NULL);
+    for (size_t i = 0; i < held_count; i++) {
+        struct vs_shm_conn *c = held[i].c;
+        int n = atomic_load(&c->holders);
+        if (held[i].inherited)
+            continue;
+        while (n > 1 && !atomic_compare_exchange_weak(&c->holders, &n, n - 1))
+            ;
+        if (n > 1) {
+            vs_shm_holder_gone(c);
+            held[i].exec_dropped = true;
+        }
+    }
+    pthread_mutex_unlock(&conns_lock);
+}
+
 void vs_shm_before_exec(void)
 {
     vs_fd_for_each(leave_one, &(struct leave_all){VS_REASON_LEFT_BY_EXEC, true});
+    drop_closed_on_exec();
+}
+
+/* The exec failed: we hold again what we let go. If another holder began
+ * the set-up meanwhile, its rings are not mapped here: this process must
+ * then not use the connection (a child whose exec failed exits). */
+void vs_shm_exec_failed(void)
+{
+    pthread_mutex_lock(&conns_lock);
+    for (size_t i = 0; i < held_count; i++) {
+        if (!held[i].exec_dropped)
+            continue;
+        held[i].exec_dropped = false;
+        atomic_fetch_add(&held[i].c->holders, 1);
+        vs_shm_holder_back(held[i].c);
+    }
+    pthread_mutex_unlock(&conns_lock);
 }
 
 void vs_shm_leave_all(const char *reason)

@@ -32,10 +32,17 @@ enum vs_shm_hs {
     VS_HS_FAILED,     /* stays on the kernel for good */
 };
 
+/* Holders whose pids a connection can track (holders.c). */
+#define VS_SHM_HOLDERS 8
+
 struct vs_shm_conn {
     vs_plock ctl_lock, tx_lock, rx_lock;
     _Atomic int holders; /* processes holding the socket */
-    _Atomic int hs;      /* enum vs_shm_hs (ctl) */
+    /* Their pids (holders.c): who may still use the set-up's resources. */
+    _Atomic int holder_pid[VS_SHM_HOLDERS];
+    _Atomic bool crowded;       /* more holders than entries: never alone again */
+    _Atomic long next_alone_ns; /* a holder waiting to be alone looks again then */
+    _Atomic int hs;             /* enum vs_shm_hs (ctl) */
     /* Bumped whenever what a poll set must watch changes (event fd, switch). */
     _Atomic uint32_t gen;
     bool accepter;
@@ -69,8 +76,9 @@ struct vs_shm_conn {
      * through the side channel, or NULL. Only while one process holds the
      * connection: whoever else reads the channel must pass the news on. */
     void *_Atomic cold_rec;
-
-    struct vs_shm_conn *next, *prev; /* this process's list (conn.c) */
+    /* Nothing here may point into one process's private memory (a list
+     * link, a mapping made after a fork): the page is shared by fork. The
+     * rings are the exception that holders.c makes safe. */
 };
 
 /* conn.c */
@@ -89,6 +97,25 @@ void vs_shm_conn_fail(struct vs_shm_conn *c, const char *reason); /* (ctl) */
 int vs_shm_own_fd(struct vs_shm_conn *c, int fd);
 /* Closes *FD unless the program took the number, and sets it to -1. */
 void vs_shm_close_own(struct vs_shm_conn *c, int *fd);
+/* holders.c: who holds C. NEW: this process made it; FORK_*: around a fork
+ * (prepare and failed in the parent, child in the child); GONE: this
+ * process no longer holds it (close, exec), BACK: it does again (the exec
+ * failed). */
+void vs_shm_holder_new(struct vs_shm_conn *c);
+void vs_shm_holder_fork_prepare(struct vs_shm_conn *c);
+void vs_shm_holder_fork_child(struct vs_shm_conn *c);
+void vs_shm_holder_fork_failed(struct vs_shm_conn *c);
+void vs_shm_holder_gone(struct vs_shm_conn *c);
+void vs_shm_holder_back(struct vs_shm_conn *c);
+/* A set-up step may run (creating rings and channels this process alone
+ * will map): no other process holds C and no fork is under way. True:
+ * call vs_shm_setup_end() after the step. */
+bool vs_shm_setup_begin(struct vs_shm_conn *c);
+void vs_shm_setup_end(void);
+void vs_shm_setup_fork_prepare(void);
+void vs_shm_setup_fork_parent(void);
+void vs_shm_setup_fork_child(void);
+
 /* sizing.c: the geometry of the receive ring of the connection on FD. */
 struct vs_ring_size vs_shm_ring_capacity(int fd);
 

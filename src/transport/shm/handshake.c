@@ -696,6 +696,19 @@ static void start(struct vs_shm_conn *c)
     vs_shm_bump(c);
 }
 
+/* Another process holds C too (fork) before its rings are in place: the
+ * set-up waits, since what it would open and map here the other could not
+ * use. A set-up already under way gives up once its time is out, telling
+ * the peer; a young connection just stays young. */
+static void wait_shared(struct vs_shm_conn *c)
+{
+    enum vs_shm_hs hs = (enum vs_shm_hs)atomic_load(&c->hs);
+    if (hs == VS_HS_YOUNG || hs == VS_HS_FAILED)
+        return;
+    if (vs_now_ns() > c->up.deadline_ns + VS_UPGRADE_GRACE_NS)
+        decline(c, VS_REASON_SHARED_AFTER_FORK);
+}
+
 void vs_shm_progress(struct vs_shm_conn *c, int fd)
 {
     if (!vs_shm_active(c))
@@ -706,6 +719,12 @@ void vs_shm_progress(struct vs_shm_conn *c, int fd)
     if (!vs_plock_trylock(&c->ctl_lock))
         return;
     if (not_ours_here(c)) {
+        vs_plock_unlock(&c->ctl_lock);
+        return;
+    }
+    bool setup = atomic_load(&c->hs) != VS_HS_DONE;
+    if (setup && !vs_shm_setup_begin(c)) {
+        wait_shared(c);
         vs_plock_unlock(&c->ctl_lock);
         return;
     }
@@ -731,5 +750,7 @@ void vs_shm_progress(struct vs_shm_conn *c, int fd)
     if ((hs == VS_HS_WAIT_HELLO || hs == VS_HS_WAIT_ACK || hs == VS_HS_WAIT_READY) &&
         vs_now_ns() > c->up.deadline_ns + VS_UPGRADE_GRACE_NS)
         vs_shm_conn_fail(c, VS_REASON_HANDSHAKE_TIMEOUT);
+    if (setup)
+        vs_shm_setup_end();
     vs_plock_unlock(&c->ctl_lock);
 }

@@ -425,5 +425,6 @@ const struct vs_transport_ops vs_shm_ops = {
     .fork_child = vs_shm_fork_child,
     .fork_failed = vs_shm_fork_failed,
     .before_exec = vs_shm_before_exec,
+    .exec_failed = vs_shm_exec_failed,
     .leave_all = vs_shm_leave_all,
 };

@@ -88,6 +88,9 @@ void vs_shm_fork_failed(void);
  * the peer reads what we wrote, resends on TCP what we did not read, and
  * both continue on TCP (proto.h: REVERT). */
 void vs_shm_before_exec(void);
+/* A connection none of whose descriptors the new image would inherit is
+ * no longer this process's while exec runs; held again if it fails. */
+void vs_shm_exec_failed(void);
 
 /* The same for every connection of the process (a seccomp filter goes in:
  * core/sandbox.h). */
