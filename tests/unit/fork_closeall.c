@@ -106,10 +106,10 @@ int main(int argc, char **argv)
             return 1;
         }
         for (int i = 0; i < CONNS; i++) {
-            if (echo_check(c[i], c[i], 64 * 1024, (unsigned)(round * CONNS + i), why,
-                           sizeof(why)) < 0) {
-                fprintf(stderr, "fork_closeall: round %d: the parent's connection %d: %s\n",
-                        round, i, why);
+            if (echo_check(c[i], c[i], 64 * 1024, (unsigned)(round * CONNS + i), why, sizeof(why)) <
+                0) {
+                fprintf(stderr, "fork_closeall: round %d: the parent's connection %d: %s\n", round,
+                        i, why);
                 return 1;
             }
         }

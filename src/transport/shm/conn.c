@@ -18,44 +18,62 @@
 #include "core/reason.h"
 #include "core/sock.h"
 #include "interpose/real.h"
+#include "memory/pool.h"
 #include "transport/shm/conn.h"
 #include "transport/shm/ops.h"
 #include "transport/shm/proto.h"
 #include "transport/shm/shm.h"
 #include "transport/shm/shm_internal.h"
 
-/* Every connection this process holds, for fork. */
+/* Every connection this process holds, for fork and the reclaim walk: one
+ * entry each (struct vs_shm_held, conn.h), in private memory. Not links in
+ * the connections' own pages: fork shares those, and a child's close would
+ * unlink the parent's entries (the parent's next fork then failed to count
+ * them, and its own close wrote through a link into a page it had
+ * unmapped: issue 19, Ceph's monitor, whose forked children close every
+ * descriptor). Entries are taken and given back under conns_lock only,
+ * which fork holds: the pool's own lock is never held across a fork. */
 static pthread_mutex_t conns_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct vs_shm_conn *conns;
+static struct vs_shm_held *conns;
+static struct vs_pool held_pool = VS_POOL_INIT(struct vs_shm_held, next);
 
-static void list_add(struct vs_shm_conn *c)
+static bool list_add(struct vs_shm_conn *c)
 {
     pthread_mutex_lock(&conns_lock);
-    c->prev = NULL;
-    c->next = conns;
-    if (conns)
-        conns->prev = c;
-    conns = c;
+    struct vs_shm_held *h = vs_pool_alloc(&held_pool);
+    if (h) {
+        *h = (struct vs_shm_held){.c = c};
+        h->next = conns;
+        if (conns)
+            conns->prev = h;
+        conns = h;
+        c->held = h;
+    }
     pthread_mutex_unlock(&conns_lock);
+    return h != NULL;
 }
 
-static void list_del(struct vs_shm_conn *c)
+/* Takes C off this process's list; a copy of its entry into *MINE. */
+static void list_del(struct vs_shm_conn *c, struct vs_shm_held *mine)
 {
     pthread_mutex_lock(&conns_lock);
-    if (c->prev)
-        c->prev->next = c->next;
+    struct vs_shm_held *h = c->held;
+    *mine = *h;
+    if (h->prev)
+        h->prev->next = h->next;
     else
-        conns = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
+        conns = h->next;
+    if (h->next)
+        h->next->prev = h->prev;
+    vs_pool_free(&held_pool, h);
     pthread_mutex_unlock(&conns_lock);
 }
 
 void vs_shm_conn_each(void (*fn)(struct vs_shm_conn *c, void *arg), void *arg)
 {
     pthread_mutex_lock(&conns_lock);
-    for (struct vs_shm_conn *c = conns; c; c = c->next)
-        fn(c, arg);
+    for (struct vs_shm_held *h = conns; h; h = h->next)
+        fn(h->c, arg);
     pthread_mutex_unlock(&conns_lock);
 }
 
@@ -122,13 +140,17 @@ struct vs_shm_conn *vs_shm_conn_new(struct vs_sock *s, bool accepter, int fd,
         return NULL;
     }
     atomic_store(&c->hs, VS_HS_YOUNG);
-    list_add(c);
+    if (!list_add(c)) {
+        page_put(c, true);
+        return NULL;
+    }
     return c;
 }
 
 void vs_shm_conn_free(struct vs_shm_conn *c)
 {
-    list_del(c);
+    struct vs_shm_held mine;
+    list_del(c, &mine);
     page_put(c, true);
 }
 
@@ -161,12 +183,16 @@ void vs_shm_conn_fail(struct vs_shm_conn *c, const char *reason)
 void vs_shm_release(struct vs_sock *s)
 {
     struct vs_shm_conn *c = s->conn;
+    struct vs_shm_held mine;
     s->ops = NULL;
     s->conn = NULL;
-    list_del(c);
+    list_del(c, &mine);
     bool last = atomic_fetch_sub(&c->holders, 1) == 1;
     vs_plock_lock(&c->ctl_lock);
-    bool rx_ready = atomic_load(&c->rx_ready), tx_ready = atomic_load(&c->tx_ready);
+    /* Rings another holder set up after the fork are not mapped here: the
+     * peer then learns of our leaving from the side channel's hang-up. */
+    bool rx_ready = atomic_load(&c->rx_ready) && mine.rx_mapped;
+    bool tx_ready = atomic_load(&c->tx_ready) && mine.tx_mapped;
     /* As the kernel: SO_LINGER 0, or received bytes left unread, reset. */
     bool reset = last && (atomic_load(&s->linger0) || (rx_ready && vs_ring_readable(&c->rx) > 0));
     if (last && tx_ready)
@@ -187,6 +213,9 @@ void vs_shm_release(struct vs_sock *s)
         vs_ring_destroy(&rx);
     for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
         vs_shm_close_own(c, &fds[i]);
+    /* Last: nothing of this process reaches the page any more (no list
+     * entry, no socket, and the call that put the socket's last reference
+     * was its last user). */
     page_put(c, last);
 }
 
@@ -196,8 +225,8 @@ void vs_shm_release(struct vs_sock *s)
 void vs_shm_fork_prepare(void)
 {
     pthread_mutex_lock(&conns_lock);
-    for (struct vs_shm_conn *c = conns; c; c = c->next)
-        atomic_fetch_add(&c->holders, 1);
+    for (struct vs_shm_held *h = conns; h; h = h->next)
+        atomic_fetch_add(&h->c->holders, 1);
 }
 
 void vs_shm_fork_parent(void)
@@ -218,8 +247,8 @@ void vs_shm_fork_child(void)
 void vs_shm_fork_failed(void)
 {
     pthread_mutex_lock(&conns_lock);
-    for (struct vs_shm_conn *c = conns; c; c = c->next)
-        atomic_fetch_sub(&c->holders, 1);
+    for (struct vs_shm_held *h = conns; h; h = h->next)
+        atomic_fetch_sub(&h->c->holders, 1);
     pthread_mutex_unlock(&conns_lock);
 }
 
@@ -247,15 +276,20 @@ static void leave_locked(struct vs_shm_conn *c, const char *reason)
  * and other holders carry on. */
 static void fd_lost(void *owner, int fd, unsigned first, unsigned last)
 {
-    struct vs_shm_conn *c = owner;
-    if (!vs_fd_conn_outside(c, first, last))
+    /* OWNER is a name only: another thread may be releasing the connection
+     * (its close cannot close FD, which is LEAVING, and goes on to unmap
+     * the page). The socket found keeps it mapped until we put it. */
+    struct vs_sock *s = vs_fd_conn_outside(owner, first, last);
+    if (!s)
         return;
+    struct vs_shm_conn *c = s->conn;
     vs_plock_lock(&c->ctl_lock);
     if (fd == c->chan || fd == c->rendezvous) {
         vs_info("the program took descriptor %d of a connection's side channel", fd);
         leave_locked(c, VS_REASON_FD_TAKEN);
     }
     vs_plock_unlock(&c->ctl_lock);
+    vs_sock_put(s);
 }
 
 void vs_shm_leave(struct vs_sock *s, int fd, const char *reason)

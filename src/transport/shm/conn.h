@@ -32,6 +32,18 @@ enum vs_shm_hs {
     VS_HS_FAILED,     /* stays on the kernel for good */
 };
 
+/* What this process alone knows of a connection it holds: its entry in the
+ * process's list of connections (conn.c). Private memory, unlike the
+ * connection's state, which fork shares. */
+struct vs_shm_held {
+    struct vs_shm_conn *c;
+    struct vs_shm_held *next, *prev; /* next: the pool's free list while unused */
+    /* The rings this process maps. Those set up after a fork are mapped in
+     * the process that set them up only, whatever rx_ready and tx_ready
+     * (shared) say; set under ctl_lock. */
+    bool rx_mapped, tx_mapped;
+};
+
 struct vs_shm_conn {
     vs_plock ctl_lock, tx_lock, rx_lock;
     _Atomic int holders; /* processes holding the socket */
@@ -70,7 +82,10 @@ struct vs_shm_conn {
      * connection: whoever else reads the channel must pass the news on. */
     void *_Atomic cold_rec;
 
-    struct vs_shm_conn *next, *prev; /* this process's list (conn.c) */
+    /* This process's entry (private memory), set once before any other
+     * process can hold the connection. Fork copies private memory at the
+     * same addresses, so in every holder it names that holder's own entry. */
+    struct vs_shm_held *held;
 };
 
 /* conn.c */

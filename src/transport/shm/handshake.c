@@ -313,6 +313,7 @@ static int create_rx_ring(struct vs_shm_conn *c, int fd)
     int rc = vs_ring_create(&c->rx, vs_shm_ring_capacity(fd), VS_RING_CONSUMER);
     if (rc < 0)
         return rc;
+    c->held->rx_mapped = true;
     /* Its memfd lives until it is sent, within this call (not ours to
      * register: transient, core/ownfd.h). */
     c->rx.futex_signal = false;
@@ -324,6 +325,7 @@ static int attach_tx_ring(struct vs_shm_conn *c, int memfd)
     int rc = vs_ring_attach(&c->tx, memfd, VS_RING_PRODUCER);
     if (rc < 0)
         return rc;
+    c->held->tx_mapped = true;
     c->tx.futex_signal = false;
     vs_ring_close_fd(&c->tx);
     atomic_store_explicit(&c->tx_ready, true, memory_order_release);

@@ -22,10 +22,12 @@
 static _Atomic long last_scan;
 
 /* Under the sending side's lock, if free: a sender in the middle of a
- * write (or asleep on a full ring) has nothing to give back anyway. */
+ * write (or asleep on a full ring) has nothing to give back anyway. Not a
+ * ring another holder set up after a fork: this process does not map it. */
 static void reclaim_tx(struct vs_shm_conn *c, long now)
 {
-    if (!atomic_load_explicit(&c->tx_ready, memory_order_acquire) || !vs_plock_trylock(&c->tx_lock))
+    if (!atomic_load_explicit(&c->tx_ready, memory_order_acquire) || !c->held->tx_mapped ||
+        !vs_plock_trylock(&c->tx_lock))
         return;
     vs_ring_reclaim(&c->tx, now, VS_SHM_IDLE_NS);
     vs_plock_unlock(&c->tx_lock);
