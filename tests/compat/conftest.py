@@ -102,7 +102,7 @@ MARKERS = {
     "python_echo": "stdlib socket + selectors echo client/server",
     "stress": "vsocket-stress in every mode",
     "mixed": "one end plain, the other under vsocket (kernel TCP, reason peer-not-vsocket)",
-    "ceph": "a single-host Ceph cluster (mon, mgr, memstore osd) with rados bench, stopped daemon by daemon",
+    "ceph": "a single-host Ceph cluster with rados bench, stopped daemon by daemon",
 }
 
 

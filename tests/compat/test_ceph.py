@@ -24,6 +24,7 @@ OSD or the manager stopped, or stopped answering after a smoke test (the next
 import json
 import re
 import signal
+import time
 import uuid
 
 import pytest
@@ -81,7 +82,6 @@ def ceph(runner, conf, *args, timeout=60, **kw):
 
 def wait_healthy(runner, conf):
     """Until the manager is active and the OSD up and in (90 s at most)."""
-    import time
     deadline = time.monotonic() + T(90)
     status = {}
     while time.monotonic() < deadline:
@@ -101,8 +101,10 @@ def wait_healthy(runner, conf):
 
 
 def caught_signals(d) -> list[str]:
+    """What Ceph's own fatal-signal handler logged, in every daemon's log."""
+    pat = re.compile(r"\*\*\* Caught signal \([^)]*\) \*\*")
     return [f"{p.name}: {m.group(0)}" for p in sorted((d / "log").glob("*.log"))
-            for m in re.finditer(r"\*\*\* Caught signal \([^)]*\) \*\*", p.read_text(errors="replace"))]
+            for m in pat.finditer(p.read_text(errors="replace"))]
 
 
 def run_cluster(runner, servers, tmp_path):
@@ -157,7 +159,7 @@ def run_cluster(runner, servers, tmp_path):
 
 
 def test_ceph_cluster_stops_cleanly(runners, servers, tmp_path):
-    """Pool, 2 s of `rados bench`, then manager, OSD and monitor stopped one
+    """Four pools, 2 s of `rados bench`, then manager, OSD and monitor stopped one
     by one: every daemon exits 0 by itself, with and without vsocket."""
     results = {r.name: run_cluster(r, servers, tmp_path) for r in runners}
     finish_comparison(results)
