@@ -187,29 +187,33 @@ void vs_fd_forget_range(unsigned first, unsigned last)
     }
 }
 
-/* Whether an fd in [FROM, TO] names a socket whose transport state is CONN. */
-static bool conn_named(const void *conn, unsigned from, unsigned to)
+/* A socket named by an fd in [FROM, TO] whose transport state is CONN,
+ * with a reference, or NULL. */
+static struct vs_sock *conn_named(const void *conn, unsigned from, unsigned to)
 {
     for (unsigned fd = from; fd <= to; fd++) {
         slot_t *slot = slot_of((int)fd, false);
         struct vs_sock *s = slot ? atomic_load_explicit(slot, memory_order_acquire) : NULL;
         if (!is_sock(s) || !vs_sock_tryref(s))
             continue;
-        bool named = s->conn == conn;
+        if (s->conn == conn)
+            return s;
         vs_sock_put(s);
-        if (named)
-            return true;
     }
-    return false;
+    return NULL;
 }
 
-bool vs_fd_conn_outside(const void *conn, unsigned first, unsigned last)
+struct vs_sock *vs_fd_conn_outside(const void *conn, unsigned first, unsigned last)
 {
     unsigned end = atomic_load(&chunks_used) * SLOTS_PER_CHUNK;
+    struct vs_sock *s = NULL;
     if (end == 0)
-        return false;
-    return (first > 0 && conn_named(conn, 0, first - 1)) ||
-           (last < end - 1 && conn_named(conn, last + 1, end - 1));
+        return NULL;
+    if (first > 0)
+        s = conn_named(conn, 0, first - 1);
+    if (!s && last < end - 1)
+        s = conn_named(conn, last + 1, end - 1);
+    return s;
 }
 
 void vs_fd_for_each(void (*fn)(int fd, struct vs_sock *s, void *arg), void *arg)

@@ -31,9 +31,11 @@ void vs_fd_close_end(int fd, struct vs_sock *s);
 /* close_range()/closefrom(): forget every fd in [FIRST, LAST]. */
 void vs_fd_forget_range(unsigned first, unsigned last);
 
-/* Whether an fd outside [FIRST, LAST] names a socket whose transport state
- * is CONN. Looks only outside the range: a closefrom costs a few slots. */
-bool vs_fd_conn_outside(const void *conn, unsigned first, unsigned last);
+/* A socket named by an fd outside [FIRST, LAST] whose transport state is
+ * CONN, with a reference the caller must put (which keeps CONN from being
+ * released), or NULL. Looks only outside the range: a closefrom costs a
+ * few slots. CONN is compared, never used: it may be gone already. */
+struct vs_sock *vs_fd_conn_outside(const void *conn, unsigned first, unsigned last);
 
 /* Calls FN for every fd naming a socket, holding a reference on it; an fd
  * closed or opened meanwhile by another thread may be missed or seen. */

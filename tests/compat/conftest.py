@@ -103,6 +103,7 @@ MARKERS = {
     "stress": "vsocket-stress in every mode",
     "rsync": "rsync daemon pulls and pushes (client and daemon fork with the socket open)",
     "mixed": "one end plain, the other under vsocket (kernel TCP, reason peer-not-vsocket)",
+    "ceph": "a single-host Ceph cluster with rados bench, stopped daemon by daemon",
 }
 
 

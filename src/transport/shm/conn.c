@@ -279,15 +279,20 @@ static void leave_locked(struct vs_shm_conn *c, const char *reason)
  * and other holders carry on. */
 static void fd_lost(void *owner, int fd, unsigned first, unsigned last)
 {
-    struct vs_shm_conn *c = owner;
-    if (!vs_fd_conn_outside(c, first, last))
+    /* OWNER is a name only: another thread may be releasing the connection
+     * (its close cannot close FD, which is LEAVING, and goes on to unmap
+     * the page). The socket found keeps it mapped until we put it. */
+    struct vs_sock *s = vs_fd_conn_outside(owner, first, last);
+    if (!s)
         return;
+    struct vs_shm_conn *c = s->conn;
     vs_plock_lock(&c->ctl_lock);
     if (fd == c->chan || fd == c->rendezvous) {
         vs_info("the program took descriptor %d of a connection's side channel", fd);
         leave_locked(c, VS_REASON_FD_TAKEN);
     }
     vs_plock_unlock(&c->ctl_lock);
+    vs_sock_put(s);
 }
 
 void vs_shm_leave(struct vs_sock *s, int fd, const char *reason)
