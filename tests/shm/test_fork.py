@@ -62,9 +62,11 @@ def run_client(server, scenario: str) -> dict:
     except subprocess.TimeoutExpired:
         # What every process shows while the client hangs, then its stacks.
         state = subprocess.run([str(VSOCKET), "stat", "--all"], capture_output=True, text=True,
-                               timeout=60 * SCALE).stdout
+                               timeout=60 * SCALE).stdout.splitlines()
+        mine = [ln for ln in state[1:] if str(c.pid) in ln.split()[:1] or f":{port} " in ln]
         out, err = c.communicate(timeout=60 * SCALE)
-        err += "\nvsocket stat --all while it hung:\n" + state
+        err += "\nvsocket stat --all while it hung (client and server):\n" + "\n".join(
+            state[:1] + [ln for ln in mine if " closed " not in ln])
     lines = [ln for ln in out.splitlines() if ln.startswith("{")]
     assert c.returncode == 0 and lines, (f"{scenario}: exit status {c.returncode}\n"
                                          f"stdout: {out[-3000:]}\nstderr: {err[-6000:]}")

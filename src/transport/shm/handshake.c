@@ -343,6 +343,20 @@ static void decline(struct vs_shm_conn *c, const char *reason)
     vs_shm_conn_fail(c, reason);
 }
 
+/* The set-up ran out of time. A connector waiting for READY has sent its
+ * ring, so the accepter may be done and writing into it already: it is
+ * told to resend on TCP what we did not read (REVERT, as when we leave the
+ * rings), since a DECLINE means nothing to an accepter that is done. */
+static void give_up(struct vs_shm_conn *c, const char *reason)
+{
+    if (atomic_load(&c->hs) == VS_HS_WAIT_READY && c->chan >= 0) {
+        vs_shm_send_msg(c, VS_MSG_REVERT, c->rx.pos, 0);
+        vs_info("shm handshake failed: %s", reason);
+        return vs_shm_conn_fail(c, reason);
+    }
+    decline(c, reason);
+}
+
 static void finish(struct vs_shm_conn *c)
 {
     vs_shm_bump(c);
@@ -706,7 +720,7 @@ static void wait_shared(struct vs_shm_conn *c)
     if (hs == VS_HS_YOUNG || hs == VS_HS_FAILED)
         return;
     if (vs_now_ns() > c->up.deadline_ns + VS_UPGRADE_GRACE_NS)
-        decline(c, VS_REASON_SHARED_AFTER_FORK);
+        give_up(c, VS_REASON_SHARED_AFTER_FORK);
 }
 
 void vs_shm_progress(struct vs_shm_conn *c, int fd)
@@ -749,7 +763,7 @@ void vs_shm_progress(struct vs_shm_conn *c, int fd)
     hs = (enum vs_shm_hs)atomic_load(&c->hs);
     if ((hs == VS_HS_WAIT_HELLO || hs == VS_HS_WAIT_ACK || hs == VS_HS_WAIT_READY) &&
         vs_now_ns() > c->up.deadline_ns + VS_UPGRADE_GRACE_NS)
-        vs_shm_conn_fail(c, VS_REASON_HANDSHAKE_TIMEOUT);
+        give_up(c, VS_REASON_HANDSHAKE_TIMEOUT);
     if (setup)
         vs_shm_setup_end();
     vs_plock_unlock(&c->ctl_lock);

@@ -11,12 +11,15 @@
  *
  * The holders are the pids in holder_pid[] of the connection's shared page:
  * BORN while a fork is under way (the child writes its pid in), 0 for a
- * free entry. A holder that died without closing is noticed by kill(pid, 0)
- * and its entry and count are taken back. More holders than entries
+ * free entry. A holder that died without closing (a zombie too) is noticed
+ * by kill(pid, 0) and /proc and its entry and count are taken back. More holders than entries
  * (crowded) never count as alone again: the connection stays on TCP. */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -95,9 +98,27 @@ void vs_shm_holder_back(struct vs_shm_conn *c)
     put(c, my_pid());
 }
 
+/* A zombie holds nothing: a parent that reads before it reaps its exited
+ * child must not wait for it (it would wait for itself). */
+static bool zombie(int pid)
+{
+    char path[32], buf[256];
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    int fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    ssize_t n = syscall(SYS_read, fd, buf, sizeof(buf) - 1);
+    syscall(SYS_close, fd);
+    if (n <= 0)
+        return false;
+    buf[n] = 0;
+    const char *end = strrchr(buf, ')');
+    return end && (end[2] == 'Z' || end[2] == 'X');
+}
+
 static bool alive(int pid)
 {
-    return kill(pid, 0) == 0 || errno == EPERM;
+    return (kill(pid, 0) == 0 || errno == EPERM) && !zombie(pid);
 }
 
 /* Whether no other process holds C. The entry of one that died is freed
