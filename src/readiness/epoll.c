@@ -1386,6 +1386,35 @@ static int wait_translated(int epfd, struct epoll_event *events, int max, long t
     return result;
 }
 
+/* Whether one of the N values the kernel returned is a tag of ours. */
+static bool has_tags(const struct epoll_event *ev, int n)
+{
+    uintptr_t base = (uintptr_t)__atomic_load_n(&region, __ATOMIC_ACQUIRE);
+    for (int i = 0; base && i < n; i++)
+        if (ev[i].data.u64 >= base && ev[i].data.u64 < base + REGION_SIZE)
+            return true;
+    return false;
+}
+
+/* EVENTS holds N events of a wait that began on a set without records:
+ * another thread added one since, and its tags are in there. Translated in
+ * place: each event yields at most one entry, appended in order, so the
+ * output never overtakes the input. */
+static int translate_late(int epfd, struct epoll_event *events, int n, int max)
+{
+    struct wait w = {.epfd = epfd, .out = events, .max = max};
+    pthread_mutex_lock(&lock);
+    w.round = ++rounds;
+    w.now = vs_now_ns();
+    translate(&w, events, n);
+    if (w.kicked) {
+        warm_set(epfd, true);
+        scan(&w, false);
+    }
+    pthread_mutex_unlock(&lock);
+    return w.n;
+}
+
 static int do_wait(int epfd, struct epoll_event *events, int max, long timeout_ns,
                    const sigset_t *mask)
 {
@@ -1395,12 +1424,24 @@ static int do_wait(int epfd, struct epoll_event *events, int max, long timeout_n
         have = has_records(epfd) || kick_in[epfd]; /* kicks are never the user's */
         pthread_mutex_unlock(&lock);
     }
-    if (!have) {
-        struct timespec ts;
-        return (int)syscall(SYS_epoll_pwait2, epfd, events, max, vs_timespec(timeout_ns, &ts), mask,
-                            _NSIG / 8);
-    }
-    return wait_translated(epfd, events, max, timeout_ns, mask);
+    if (have)
+        return wait_translated(epfd, events, max, timeout_ns, mask);
+    /* A set without records is the kernel's: no translation. But another
+     * thread may add a socket of ours while this one sleeps (gRPC's poller
+     * thread does, as its other threads accept and connect), and the
+     * kernel then hands out the record's tag: it must never reach the
+     * program, which would take it for its own data. */
+    long deadline = timeout_ns < 0 ? -1 : vs_now_ns() + timeout_ns;
+    struct timespec ts;
+    int n = (int)syscall(SYS_epoll_pwait2, epfd, events, max, vs_timespec(timeout_ns, &ts), mask,
+                         _NSIG / 8);
+    if (n <= 0 || !has_tags(events, n))
+        return n;
+    n = translate_late(epfd, events, n, max);
+    long left = deadline < 0 ? -1 : deadline - vs_now_ns();
+    if (n > 0 || timeout_ns == 0 || (deadline >= 0 && left <= 0))
+        return n;
+    return wait_translated(epfd, events, max, left, mask);
 }
 
 VS_EXPORT int epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout)
