@@ -101,6 +101,7 @@ MARKERS = {
     "ncat": "ncat file transfer and --exec echo",
     "python_echo": "stdlib socket + selectors echo client/server",
     "stress": "vsocket-stress in every mode",
+    "grpc": "grpcio echo service and Arrow Flight do_get (PyPI packages in build/compat-venv)",
     "mixed": "one end plain, the other under vsocket (kernel TCP, reason peer-not-vsocket)",
 }
 
