@@ -3,7 +3,9 @@
 
   grpc_echo.py serve --port P          serves /vsocket.Echo/Call until SIGTERM
   grpc_echo.py call --port P --calls N N calls of 1 B .. 200 KB, each reply
-                                       checked byte for byte
+                                       checked byte for byte; every 50th call
+                                       first runs a subprocess (`true`), as
+                                       programs do, while gRPC's threads poll
 
 The client prints one line: grpc_echo: calls=N bytes=B sha256=H result=PASS|FAIL.
 The server prints grpc_echo: served=N bytes=B at SIGTERM."""
@@ -11,6 +13,7 @@ The server prints grpc_echo: served=N bytes=B at SIGTERM."""
 import argparse
 import hashlib
 import signal
+import subprocess
 import sys
 import threading
 from concurrent import futures
@@ -61,6 +64,8 @@ def call(port: int, calls: int) -> int:
         grpc.channel_ready_future(channel).result(timeout=30)
         stub = channel.unary_unary(METHOD)
         for i in range(calls):
+            if i % 50 == 25:
+                subprocess.run(["true"], check=True, timeout=60)
             request = payload(i)
             reply = stub(request, timeout=60)
             if reply != request:
