@@ -691,6 +691,17 @@ static bool forbid_cold(int fd)
     return ours;
 }
 
+/* Another thread's wait may sleep on a record of this connection on the
+ * registrations of its old phase (no side channel yet, a ring it did not
+ * arm), and nothing it watches may ever fire again: gRPC's poller thread
+ * sleeps while its other threads' reads and writes move the connection to
+ * shm, and slept for good. The kick eventfd is in every set with records
+ * (ctl_record): a wait that hears it looks again, re-registering. */
+void vs_epoll_phase_changed(void)
+{
+    kick_all();
+}
+
 void vs_epoll_wake_shared(void)
 {
     if (atomic_load(&shared_sleepers))
@@ -816,6 +827,10 @@ static int ctl_record(int epfd, int op, int fd, struct epoll_event *event, struc
         rec_link(r);
         sync_kernel(s, r, false);
         perm_arm(s, r);
+        /* So that a phase change in another thread wakes its waits (a
+         * nested set hears it through its records, armed for good). */
+        if (!nested[epfd])
+            kick_ready(epfd);
         return 0;
     }
     if (!r) {
