@@ -35,9 +35,12 @@
  * Its first kernel event makes it hot again. Whoever else reads that side
  * channel (a send on a full ring, another thread, another set) consumed the
  * news: it marks the record kicked and writes the process's kick eventfd,
- * registered edge-triggered in every set with cold records and never read,
- * so that each write wakes every such set (a reset would race). A set that
- * hears it warms its kicked records. Only a connection held by one process
+ * registered edge-triggered in every set with records (nested ones aside)
+ * and never read, so that each write wakes every such set (a reset would
+ * race). A set that hears it warms its kicked records and scans again: so
+ * does a wait asleep on a hot record when another thread changes the
+ * connection's phase (vs_epoll_phase_changed), since it sleeps on the
+ * kernel registrations of the old one. Only a connection held by one process
  * goes cold (a fork warms them all), and only in one set at a time.
  *
  * A watch fd may serve many connections (rdma: the completion channel of
