@@ -772,6 +772,10 @@ static int ctl_modify(struct vs_sock *s, struct rec *r, const struct epoll_event
 {
     r->events = event->events;
     r->data = event->data;
+    /* A wait of another thread that reported R in its current round must
+     * not add events to that entry: it carries the old data, which never
+     * asked for the new events. */
+    r->round = 0;
     r->disabled = false;
     r->rx_mark = r->tx_mark = 0;
     r->quiet_since = vs_now_ns();
@@ -1126,6 +1130,12 @@ struct wait {
 
 static void report(struct wait *w, struct rec *r, unsigned m)
 {
+    /* Only what the program asked for (and what epoll always reports): a
+     * transport's answer, or a kernel event of the registration as it was
+     * before a MOD, may say more. */
+    m &= interest(r) | EPOLLERR | EPOLLHUP;
+    if (!m)
+        return;
     if (r->round == w->round) {
         w->out[r->out_idx].events |= m;
         return;
