@@ -10,7 +10,7 @@ build_pkgs=(build-essential cmake ninja-build pkg-config libibverbs-dev librdmac
             rdma-core ibverbs-providers ibverbs-utils clang-format valgrind python3)
 test_pkgs=(iperf3 sockperf redis-server redis-tools nginx-light wrk curl memcached
            libmemcached-tools socat ncat openssh-server openssh-client python3 python3-pytest
-           procps iproute2 strace linux-perf groff-base jq python3-venv)
+           procps iproute2 strace linux-perf groff-base jq)
 # clang 14 and its runtimes (libclang_rt.fuzzer, i.e. libFuzzer, is in libclang-rt-14-dev);
 # llvm-14 for llvm-cov and llvm-profdata (tests/fuzz/coverage.sh).
 fuzz_pkgs=(clang libclang-rt-14-dev llvm-14)
@@ -21,6 +21,7 @@ guest_pkgs=(qemu-system-x86 rdmacm-utils perftest kmod busybox-static cpio iprou
 # 1.51, whose older poller never showed the bug; pyarrow is not packaged at all).
 compat_venv=${VSOCKET_COMPAT_VENV:-$(cd "$(dirname "$0")/.." && pwd)/build/compat-venv}
 compat_pypi=(grpcio==1.85.3 pyarrow==26.0.1)
+venv_pkgs=(python3-venv)
 compat_venv_ready() {
   "$compat_venv/bin/python" - "${compat_pypi[@]}" 2>/dev/null <<'PY'
 import sys
@@ -37,10 +38,10 @@ install_compat_venv() {
 
 case "${1:-all}" in
   build) want=("${build_pkgs[@]}") ;;
-  test) want=("${build_pkgs[@]}" "${test_pkgs[@]}" "${fuzz_pkgs[@]}") ;;
+  test) want=("${build_pkgs[@]}" "${test_pkgs[@]}" "${fuzz_pkgs[@]}" "${venv_pkgs[@]}") ;;
   fuzz) want=("${build_pkgs[@]}" "${fuzz_pkgs[@]}") ;;
   rdma-guest) want=("${build_pkgs[@]}" "${guest_pkgs[@]}") ;;
-  all) want=("${build_pkgs[@]}" "${test_pkgs[@]}" "${fuzz_pkgs[@]}" "${guest_pkgs[@]}") ;;
+  all) want=("${build_pkgs[@]}" "${test_pkgs[@]}" "${fuzz_pkgs[@]}" "${guest_pkgs[@]}" "${venv_pkgs[@]}") ;;
   *) echo "usage: $0 [build|test|fuzz|rdma-guest|all]" >&2; exit 2 ;;
 esac
 
