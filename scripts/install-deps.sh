@@ -20,20 +20,46 @@ test_pkgs=(iperf3 sockperf redis-server redis-tools nginx-light wrk curl memcach
 fuzz_pkgs=(clang libclang-rt-14-dev llvm-14)
 guest_pkgs=(qemu-system-x86 rdmacm-utils perftest kmod busybox-static cpio iproute2 xz-utils jq)
 
+# Python packages of the compatibility suite's gRPC cases (tests/compat/test_grpc.py),
+# pinned, from PyPI, in a venv of Debian's python3 (Debian 12's own python3-grpcio is
+# 1.51, whose older poller never showed the bug; pyarrow is not packaged at all).
+compat_venv=${VSOCKET_COMPAT_VENV:-$(cd "$(dirname "$0")/.." && pwd)/build/compat-venv}
+compat_pypi=(grpcio==1.85.3 pyarrow==26.0.1)
+venv_pkgs=(python3-venv)
+compat_venv_ready() {
+  "$compat_venv/bin/python" - "${compat_pypi[@]}" 2>/dev/null <<'PY'
+import sys
+from importlib.metadata import version
+sys.exit(any(version(n) != v for n, v in (p.split("==") for p in sys.argv[1:])))
+PY
+}
+install_compat_venv() {
+  compat_venv_ready && return 0
+  echo "install-deps: installing ${compat_pypi[*]} into $compat_venv" >&2
+  /usr/bin/python3 -m venv "$compat_venv" &&
+    "$compat_venv/bin/pip" install -q --disable-pip-version-check "${compat_pypi[@]}"
+}
+
 case "${1:-all}" in
   build) want=("${build_pkgs[@]}") ;;
-  test) want=("${build_pkgs[@]}" "${test_pkgs[@]}" "${fuzz_pkgs[@]}") ;;
+  test) want=("${build_pkgs[@]}" "${test_pkgs[@]}" "${fuzz_pkgs[@]}" "${venv_pkgs[@]}") ;;
   fuzz) want=("${build_pkgs[@]}" "${fuzz_pkgs[@]}") ;;
   rdma-guest) want=("${build_pkgs[@]}" "${guest_pkgs[@]}") ;;
-  all) want=("${build_pkgs[@]}" "${test_pkgs[@]}" "${fuzz_pkgs[@]}" "${guest_pkgs[@]}") ;;
+  all) want=("${build_pkgs[@]}" "${test_pkgs[@]}" "${fuzz_pkgs[@]}" "${guest_pkgs[@]}" "${venv_pkgs[@]}") ;;
   *) echo "usage: $0 [build|test|fuzz|rdma-guest|all]" >&2; exit 2 ;;
 esac
+
+venv=0
+case "${1:-all}" in test | all) venv=1 ;; esac
 
 missing=()
 for p in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
+if [ ${#missing[@]} -eq 0 ]; then
+  [ $venv -eq 0 ] || install_compat_venv
+  exit
+fi
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo -E "$@"; fi; }
 # apt has been seen to lose its temporary files under /tmp while upgrading
@@ -55,3 +81,4 @@ trap '[ $created_policy -eq 1 ] && as_root rm -f "$policy"' EXIT
 echo "install-deps: installing ${missing[*]}" >&2
 as_root apt-get update -qq
 as_root apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+[ $venv -eq 0 ] || install_compat_venv

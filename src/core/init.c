@@ -1,6 +1,8 @@
 /* init.c - what happens when libvsocket is loaded, at exit and at fork. */
 #include "core/init.h"
 
+#include <pthread.h>
+
 #include "config/config.h"
 #include "config/log.h"
 #include "config/stats.h"
@@ -20,6 +22,7 @@ __attribute__((constructor)) static void vs_load(void)
         return;
     vs_config_load(&vs_config);
     vs_exec_env_capture();
+    vs_fork_handlers_install();
     char transports[64];
     vs_config_format_transports(vs_config.transports, transports, sizeof(transports));
     vs_info("loaded: transports %s, statistics %s", transports, vs_config.stats ? "on" : "off");
@@ -56,4 +59,39 @@ void vs_fork_child(void)
     vs_sock_fork_child();
     vs_transports_fork_child();
     vs_epoll_fork_child();
+}
+
+/* Whether this thread's fork runs our handlers (not under a filter). */
+static __thread bool forking;
+
+static void at_prepare(void)
+{
+    forking = !vs_sandboxed();
+    if (forking)
+        vs_fork_prepare();
+}
+
+static void at_parent(void)
+{
+    if (forking)
+        vs_fork_parent();
+}
+
+static void at_child(void)
+{
+    if (forking)
+        vs_fork_child();
+}
+
+/* Our handlers run inside the libc's fork, through pthread_atfork, not
+ * before it: prepare handlers run in the reverse order of registration, so
+ * ours, registered at load, come after those of every library the program
+ * loads later. A library's prepare handler may wait for its own threads to
+ * settle (gRPC's waits for its poller thread to leave epoll_wait), and
+ * those threads need our locks: taken first, they deadlocked it. The child
+ * and parent handlers run in registration order: ours first, so the
+ * library's child handler finds our state already repaired. */
+void vs_fork_handlers_install(void)
+{
+    pthread_atfork(at_prepare, at_parent, at_child);
 }

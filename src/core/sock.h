@@ -49,6 +49,9 @@ struct vs_sock {
     _Atomic unsigned bufs_set;
     /* SO_LINGER {1, 0}: the program's close resets the connection. */
     _Atomic bool linger0;
+    /* TCP_INQ on: each recvmsg tells in a control message how many bytes
+     * are left to read (gRPC reads again, or waits for an edge, by it). */
+    _Atomic bool tcp_inq;
     /* Unique per socket ever created in this process: tells a socket from a
      * later one that reuses this object (readiness keeps fd -> socket
      * records that may outlive the socket). */

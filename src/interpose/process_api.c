@@ -23,8 +23,32 @@ VS_EXPORT pid_t fork(void)
 {
     VS_REAL_READY();
     VS_PASS_IF_SANDBOXED(vs_real.fork());
-    vs_fork_prepare();
+    /* vs_fork_prepare, _parent and _child run inside (core/init.c). */
     pid_t pid = vs_real.fork();
+    int saved_errno = errno;
+    if (pid < 0)
+        vs_transports_fork_failed();
+    errno = saved_errno;
+    return pid;
+}
+
+/* A vfork child shares our memory and must not run our fork handlers on it;
+ * a real fork is always a correct vfork (the child may only exec or _exit),
+ * at the cost of copying the page tables. But not the libc's fork: it runs
+ * the program's atfork handlers, which a vfork never does, and programs
+ * count on that. gRPC's child handler starts threads again in the child,
+ * which then find their descriptors closed by Python's subprocess (which
+ * vforks, then closes every fd before exec) and abort. So _Fork, which
+ * runs none, with our handlers around it: the child may take a lock of the
+ * libc another thread held (malloc of its arena, stdio), as a vfork child
+ * that called it would. */
+VS_EXPORT pid_t vfork(void)
+{
+    VS_REAL_READY();
+    if (vs_sandboxed())
+        return fork();
+    vs_fork_prepare();
+    pid_t pid = _Fork();
     int saved_errno = errno;
     if (pid == 0)
         vs_fork_child();
@@ -34,14 +58,6 @@ VS_EXPORT pid_t fork(void)
         vs_transports_fork_failed();
     errno = saved_errno;
     return pid;
-}
-
-/* A vfork child shares our memory and must not run our fork handlers on it;
- * a real fork is always a correct vfork (the child may only exec or _exit),
- * at the cost of copying the page tables. */
-VS_EXPORT pid_t vfork(void)
-{
-    return fork();
 }
 
 /* glibc's daemon() forks internally, out of our sight: it is redone here

@@ -5,6 +5,8 @@
  * to the transports (transport/registry.c), which upgrade it when the
  * process at the other end runs vsocket too. */
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 
 #include "config/config.h"
 #include "core/fdtable.h"
@@ -218,6 +220,16 @@ static void note_linger(int fd, const void *value, socklen_t len)
     }
 }
 
+static void note_inq(int fd, const void *value, socklen_t len)
+{
+    struct vs_sock *s = vs_fd_get(fd);
+    if (s && value && len >= (socklen_t)sizeof(int)) {
+        atomic_store(&s->tcp_inq, *(const int *)value != 0);
+    }
+    if (s)
+        vs_sock_put(s);
+}
+
 VS_EXPORT int setsockopt(int fd, int level, int name, const void *value, socklen_t len)
 {
     VS_REAL_READY();
@@ -228,6 +240,11 @@ VS_EXPORT int setsockopt(int fd, int level, int name, const void *value, socklen
         note_buffer_size(fd, name);
         if (name == SO_LINGER)
             note_linger(fd, value, len);
+        errno = saved;
+    }
+    if (r == 0 && level == IPPROTO_TCP && name == TCP_INQ) {
+        int saved = errno;
+        note_inq(fd, value, len);
         errno = saved;
     }
     return r;

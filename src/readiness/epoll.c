@@ -35,9 +35,12 @@
  * Its first kernel event makes it hot again. Whoever else reads that side
  * channel (a send on a full ring, another thread, another set) consumed the
  * news: it marks the record kicked and writes the process's kick eventfd,
- * registered edge-triggered in every set with cold records and never read,
- * so that each write wakes every such set (a reset would race). A set that
- * hears it warms its kicked records. Only a connection held by one process
+ * registered edge-triggered in every set with records (nested ones aside)
+ * and never read, so that each write wakes every such set (a reset would
+ * race). A set that hears it warms its kicked records and scans again: so
+ * does a wait asleep on a hot record when another thread changes the
+ * connection's phase (vs_epoll_phase_changed), since it sleeps on the
+ * kernel registrations of the old one. Only a connection held by one process
  * goes cold (a fork warms them all), and only in one set at a time.
  *
  * A watch fd may serve many connections (rdma: the completion channel of
@@ -691,6 +694,17 @@ static bool forbid_cold(int fd)
     return ours;
 }
 
+/* Another thread's wait may sleep on a record of this connection on the
+ * registrations of its old phase (no side channel yet, a ring it did not
+ * arm), and nothing it watches may ever fire again: gRPC's poller thread
+ * sleeps while its other threads' reads and writes move the connection to
+ * shm, and slept for good. The kick eventfd is in every set with records
+ * (ctl_record): a wait that hears it looks again, re-registering. */
+void vs_epoll_phase_changed(void)
+{
+    kick_all();
+}
+
 void vs_epoll_wake_shared(void)
 {
     if (atomic_load(&shared_sleepers))
@@ -758,6 +772,10 @@ static int ctl_modify(struct vs_sock *s, struct rec *r, const struct epoll_event
 {
     r->events = event->events;
     r->data = event->data;
+    /* A wait of another thread that reported R in its current round must
+     * not add events to that entry: it carries the old data, which never
+     * asked for the new events. */
+    r->round = 0;
     r->disabled = false;
     r->rx_mark = r->tx_mark = 0;
     r->quiet_since = vs_now_ns();
@@ -816,6 +834,10 @@ static int ctl_record(int epfd, int op, int fd, struct epoll_event *event, struc
         rec_link(r);
         sync_kernel(s, r, false);
         perm_arm(s, r);
+        /* So that a phase change in another thread wakes its waits (a
+         * nested set hears it through its records, armed for good). */
+        if (!nested[epfd])
+            kick_ready(epfd);
         return 0;
     }
     if (!r) {
@@ -1108,6 +1130,12 @@ struct wait {
 
 static void report(struct wait *w, struct rec *r, unsigned m)
 {
+    /* Only what the program asked for (and what epoll always reports): a
+     * transport's answer, or a kernel event of the registration as it was
+     * before a MOD, may say more. */
+    m &= interest(r) | EPOLLERR | EPOLLHUP;
+    if (!m)
+        return;
     if (r->round == w->round) {
         w->out[r->out_idx].events |= m;
         return;
@@ -1386,6 +1414,35 @@ static int wait_translated(int epfd, struct epoll_event *events, int max, long t
     return result;
 }
 
+/* Whether one of the N values the kernel returned is a tag of ours. */
+static bool has_tags(const struct epoll_event *ev, int n)
+{
+    uintptr_t base = (uintptr_t)__atomic_load_n(&region, __ATOMIC_ACQUIRE);
+    for (int i = 0; base && i < n; i++)
+        if (ev[i].data.u64 >= base && ev[i].data.u64 < base + REGION_SIZE)
+            return true;
+    return false;
+}
+
+/* EVENTS holds N events of a wait that began on a set without records:
+ * another thread added one since, and its tags are in there. Translated in
+ * place: each event yields at most one entry, appended in order, so the
+ * output never overtakes the input. */
+static int translate_late(int epfd, struct epoll_event *events, int n, int max)
+{
+    struct wait w = {.epfd = epfd, .out = events, .max = max};
+    pthread_mutex_lock(&lock);
+    w.round = ++rounds;
+    w.now = vs_now_ns();
+    translate(&w, events, n);
+    if (w.kicked) {
+        warm_set(epfd, true);
+        scan(&w, false);
+    }
+    pthread_mutex_unlock(&lock);
+    return w.n;
+}
+
 static int do_wait(int epfd, struct epoll_event *events, int max, long timeout_ns,
                    const sigset_t *mask)
 {
@@ -1395,12 +1452,24 @@ static int do_wait(int epfd, struct epoll_event *events, int max, long timeout_n
         have = has_records(epfd) || kick_in[epfd]; /* kicks are never the user's */
         pthread_mutex_unlock(&lock);
     }
-    if (!have) {
-        struct timespec ts;
-        return (int)syscall(SYS_epoll_pwait2, epfd, events, max, vs_timespec(timeout_ns, &ts), mask,
-                            _NSIG / 8);
-    }
-    return wait_translated(epfd, events, max, timeout_ns, mask);
+    if (have)
+        return wait_translated(epfd, events, max, timeout_ns, mask);
+    /* A set without records is the kernel's: no translation. But another
+     * thread may add a socket of ours while this one sleeps (gRPC's poller
+     * thread does, as its other threads accept and connect), and the
+     * kernel then hands out the record's tag: it must never reach the
+     * program, which would take it for its own data. */
+    long deadline = timeout_ns < 0 ? -1 : vs_now_ns() + timeout_ns;
+    struct timespec ts;
+    int n = (int)syscall(SYS_epoll_pwait2, epfd, events, max, vs_timespec(timeout_ns, &ts), mask,
+                         _NSIG / 8);
+    if (n <= 0 || !has_tags(events, n))
+        return n;
+    n = translate_late(epfd, events, n, max);
+    long left = deadline < 0 ? -1 : deadline - vs_now_ns();
+    if (n > 0 || timeout_ns == 0 || (deadline >= 0 && left <= 0))
+        return n;
+    return wait_translated(epfd, events, max, left, mask);
 }
 
 VS_EXPORT int epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout)

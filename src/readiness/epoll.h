@@ -15,6 +15,12 @@ void vs_epoll_range_closing(unsigned first, unsigned last);
  * must look at it. Any thread, any lock held; REC may be stale. */
 void vs_epoll_kick(void *rec);
 
+/* A connection's phase changed (its generation, transport/transport.h) in
+ * this thread: a wait asleep in another thread on a set holding it sleeps
+ * on the kernel registrations of the old phase, and must look again. Any
+ * thread, any lock held. */
+void vs_epoll_phase_changed(void);
+
 /* A shared watch fd (epoll.c) was read by a thread that may have taken
  * another thread's wake-up: every set a thread sleeps on with a shared
  * watch looks again. Any thread, any lock held. */

@@ -108,6 +108,7 @@ ssize_t vs_tcp_read(int fd, struct msghdr *msg, socklen_t namelen, size_t skip, 
     ssize_t n = vs_real.recvmsg(fd, &m, (flags & ~MSG_WAITALL) | MSG_DONTWAIT);
     msg->msg_flags = m.msg_flags;
     msg->msg_namelen = m.msg_namelen;
+    msg->msg_controllen = m.msg_controllen; /* what the kernel wrote there */
     return n;
 }
 

@@ -92,6 +92,7 @@ SHM_BUILT: bool = (_EXPECT_SHM == "1") if _EXPECT_SHM else "shm" in (BUILT_TRANS
 
 
 MARKERS = {
+    "grpc": "grpcio echo service and Arrow Flight do_get (PyPI packages in build/compat-venv)",
     "iperf3": "iperf3 TCP/UDP bandwidth runs",
     "sockperf": "sockperf ping-pong and throughput",
     "redis": "redis-server with redis-benchmark / redis-cli",

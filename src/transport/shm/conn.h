@@ -151,6 +151,7 @@ static inline void vs_shm_bump(struct vs_shm_conn *c)
 {
     atomic_fetch_add(&c->gen, 1);
     vs_shm_pass_news_on(c);
+    vs_epoll_phase_changed();
 }
 
 /* A descriptor of C (chan, rendezvous, rx.fd) as this process may use it:

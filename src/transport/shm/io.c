@@ -7,6 +7,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
@@ -128,6 +130,33 @@ static int ring_empty(struct vs_shm_conn *c, int fd)
     return 0;
 }
 
+/* Bytes read from the ring: the control messages are ours to write, as
+ * the kernel would have. None, but TCP_INQ's when the program asked for it
+ * (gRPC): the bytes left, or 1 at the end of the stream (the kernel's hint
+ * to read once more). A stale length there would make the program parse
+ * its buffer's old contents: gRPC took a TCP read's old "0 left" for the
+ * truth, waited for an edge that could not come (the sender waits for its
+ * window) and hung. */
+static void ring_control(struct vs_sock *s, struct vs_shm_conn *c, struct msghdr *msg, size_t cap)
+{
+    msg->msg_controllen = 0;
+    if (!atomic_load(&s->tcp_inq))
+        return;
+    if (!msg->msg_control || cap < CMSG_SPACE(sizeof(int))) {
+        msg->msg_flags |= MSG_CTRUNC;
+        return;
+    }
+    ssize_t left = vs_ring_readable(&c->rx);
+    int inq = left > INT_MAX ? INT_MAX : left > 0 ? (int)left : vs_ring_peer_closed(&c->rx) ? 1 : 0;
+    msg->msg_controllen = cap;
+    struct cmsghdr *cm = CMSG_FIRSTHDR(msg);
+    cm->cmsg_level = IPPROTO_TCP;
+    cm->cmsg_type = TCP_CM_INQ;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cm), &inq, sizeof(inq));
+    msg->msg_controllen = CMSG_SPACE(sizeof(int));
+}
+
 ssize_t vs_shm_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags)
 {
     struct vs_shm_conn *c = s->conn;
@@ -141,7 +170,8 @@ ssize_t vs_shm_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags)
     bool nonblock = (flags & MSG_DONTWAIT) != 0;
     size_t target = (flags & MSG_WAITALL) && !(flags & MSG_PEEK) ? want : 1;
     struct vs_blocking b = {.opt = SO_RCVTIMEO};
-    size_t total = 0;
+    size_t total = 0, cap = msg->msg_controllen;
+    bool from_ring = false;
     int err = 0;
     msg->msg_flags = 0;
     /* A connected stream socket names no source address: the kernel sets
@@ -186,6 +216,7 @@ ssize_t vs_shm_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags)
             int cnt = vs_iov_window(msg->msg_iov, (int)msg->msg_iovlen, total, NO_LIMIT, win);
             n = vs_ring_read(&c->rx, win, cnt, (flags & MSG_PEEK) ? VS_RING_PEEK : 0);
             if (n > 0) {
+                from_ring = true;
                 if (!(flags & MSG_PEEK) && vs_ring_producer_sleeping(&c->rx))
                     vs_shm_send_msg(c, VS_MSG_WAKE, 0, 0);
                 total += (size_t)n;
@@ -225,6 +256,8 @@ ssize_t vs_shm_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags)
         if (rc < 0 && (err = vs_wait_failed(rc, &b)) != 0)
             break;
     }
+    if (from_ring)
+        ring_control(s, c, msg, cap);
     vs_plock_unlock(&c->rx_lock);
     if (total > 0)
         return (ssize_t)total;
