@@ -287,8 +287,7 @@ static void op_counts(struct ring_prog *p)
         return;
     ssize_t w = vs_ring_writable(p->prod);
     FZ_TRACE("writable: %zd\n", w);
-    FZ_CHECK(p->poisoned ? (w >= 0 && (uint64_t)w <= cap) || w == -EPROTO
-                         : w == (ssize_t)room(p),
+    FZ_CHECK(p->poisoned ? (w >= 0 && (uint64_t)w <= cap) || w == -EPROTO : w == (ssize_t)room(p),
              "writable: %zd, %lu unread", w, (unsigned long)unread(p));
 }
 
@@ -345,8 +344,7 @@ static void op_reclaim(struct ring_prog *p, struct fz_in *in)
     p->now_ns += (long)fz_u16(in) * 1000000;
     long idle_ns = (long)fz_u8(in) * 1000000;
     bool more = vs_ring_reclaim(p->prod, p->now_ns, idle_ns);
-    FZ_TRACE("reclaim at %ld ms, idle %ld ms: %d\n", p->now_ns / 1000000, idle_ns / 1000000,
-             more);
+    FZ_TRACE("reclaim at %ld ms, idle %ld ms: %d\n", p->now_ns / 1000000, idle_ns / 1000000, more);
 }
 
 /* Opcode 9's operations, after a byte that picks one. */
