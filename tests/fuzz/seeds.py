@@ -211,6 +211,51 @@ STREAM = {
     "repeats": typed(SWITCH, 10) + typed(SWITCH, 20) + typed(REVERT, 1, 2) + typed(REVERT, 3, 4),
 }
 
+# --- the RDMA proof (fuzz_rdma_proof.c) ---
+
+
+def flow(data, chunks):
+    """One direction's bytes, kept by both ends in CHUNKS (sizes)."""
+    out = u16(len(data)) + data
+    done = 0
+    for k in chunks:
+        out += u16(k - 1) + b"\x00\x00" + b"\x00\x00"
+        done += k
+    assert done == len(data)
+    return out
+
+
+def ipv4(ip, port):
+    return b"\x00" + u16(port) + bytes(ip)
+
+
+def ipv6(port, family=None):
+    if family is None:
+        return b"\x01" + u16(port) + bytes(range(16))
+    return b"\x02" + u16(family) + u16(port) + bytes(range(16))
+
+
+def proof(setup=0, changed=None, c2a=(b"c" * 64, (32, 32)), a2c=(b"a" * 300, (100, 100, 100)),
+          addrs=ipv4((127, 0, 0, 1), 5000) + ipv4((127, 0, 0, 1), 6000), lie=0, raws=()):
+    out = bytes([setup | (1 if changed is not None else 0)])
+    if changed is not None:
+        out += u16(changed)
+    out += flow(*c2a) + flow(*a2c) + u64(0x1111) + u64(0x2222) + addrs + bytes([lie])
+    return out + b"".join(u64(v) for v in raws)
+
+
+PROOF = {
+    "honest": proof(),
+    "changed_c2a_in_prefix": proof(setup=2, changed=10),
+    "changed_a2c_past_prefix": proof(changed=290),
+    "counts_differ": proof(setup=4),
+    "liar_huge": proof(lie=0x05, raws=(1 << 63, (1 << 64) - 1)),
+    "nothing_in_common": proof(lie=0x04, raws=(0,)),
+    "ipv6": proof(addrs=ipv6(7000) + ipv6(8000)),
+    "odd_family": proof(addrs=ipv6(7000, family=0xFFFF) + ipv4((10, 0, 0, 1), 1)),
+    "empty": proof(c2a=(b"", ()), a2c=(b"", ())),
+}
+
 # The findings (docs/design/fuzzing.md), written as programs; the fuzzer's
 # own reproducers are copied into regressions/<target>/ as they are.
 STREAM_REGRESSIONS = {
@@ -225,6 +270,7 @@ STREAM_REGRESSIONS = {
 def main():
     for kind, target, seeds in (("corpus", "ring", RING), ("corpus", "ring_attach", ATTACH),
                                 ("corpus", "stream", STREAM),
+                                ("corpus", "rdma_proof", PROOF),
                                 ("regressions", "stream", STREAM_REGRESSIONS)):
         d = os.path.join(HERE, kind, target)
         os.makedirs(d, exist_ok=True)
