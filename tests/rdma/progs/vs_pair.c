@@ -1,6 +1,6 @@
 /* vs_pair - a checksummed echo pair for the impostor cases (tests/rdma/README.md).
  *
- *   vs_pair server --bind IP --port P [--once N] [--timeout S]
+ *   vs_pair server --bind IP --port P [--once N] [--start-file F] [--timeout S]
  *   vs_pair client --conn IP:PORT [--conn ...] [--bytes B] [--data-conns LIST]
  *                  [--ready-file F] [--start-file F] [--go-file F] [--hold-file F]
  *                  [--timeout S]
@@ -10,7 +10,10 @@
  * program, so the program keeps calling while it waits.
  *
  * The server echoes every byte back and closes once its peer finished and
- * everything is echoed (--once N: exits after N connections ended).
+ * everything is echoed (--once N: exits after N connections ended). With
+ * --start-file, once it echoed the first connection's first HELLO bytes it
+ * sleeps without a socket call until that file exists: its set-ups cannot
+ * start before (a test's way to let something else go first).
  *
  * The client connects every --conn, sends 64 random bytes on each and reads
  * them back (so both directions have a prefix the proof covers), writes
@@ -72,14 +75,26 @@ static void die(const char *what)
 
 /* ------------------------------------------------------------------ server */
 
+/* Sleeps until F exists, making no socket call; false on timeout. */
+static bool sleep_until_exists(const char *f, double end)
+{
+    while (!exists(f)) {
+        if (now_s() > end)
+            return false;
+        nanosleep(&(struct timespec){0, TICK_MS * 1000000L}, NULL);
+    }
+    return true;
+}
+
 struct echo {
     int fd;
     char buf[256 << 10];
     size_t have;
+    uint64_t echoed;
     bool eof, done;
 };
 
-static int server(const char *ip, int port, int once, double timeout)
+static int server(const char *ip, int port, int once, const char *start_file, double timeout)
 {
     int l = socket(AF_INET, SOCK_STREAM, 0);
     int one = 1;
@@ -112,7 +127,7 @@ static int server(const char *ip, int port, int once, double timeout)
             int fd = accept4(l, NULL, NULL, SOCK_NONBLOCK);
             if (fd >= 0) {
                 e[n].fd = fd;
-                e[n].have = 0;
+                e[n].have = e[n].echoed = 0;
                 e[n].eof = e[n].done = false;
                 n++;
             }
@@ -139,6 +154,7 @@ static int server(const char *ip, int port, int once, double timeout)
                 if (w > 0) {
                     memmove(c->buf, c->buf + w, c->have - (size_t)w);
                     c->have -= (size_t)w;
+                    c->echoed += (uint64_t)w;
                 } else if (w < 0 && errno != EAGAIN && errno != EINTR) {
                     c->done = true;
                     close(c->fd);
@@ -151,6 +167,13 @@ static int server(const char *ip, int port, int once, double timeout)
                 close(c->fd);
                 ended++;
             }
+        }
+        if (start_file && n > 0 && e[0].echoed >= HELLO) {
+            if (!sleep_until_exists(start_file, end)) {
+                fprintf(stderr, "vs_pair: timeout waiting for %s\n", start_file);
+                return 2;
+            }
+            start_file = NULL;
         }
     }
     printf("PAIR-SERVER done: %d connections, %d ended\n", n, ended);
@@ -222,17 +245,6 @@ static void tick(struct conn *c, int n)
         }
     }
     fflush(stdout);
-}
-
-/* Sleeps until F exists, making no socket call; false on timeout. */
-static bool sleep_until_exists(const char *f, double end)
-{
-    while (!exists(f)) {
-        if (now_s() > end)
-            return false;
-        nanosleep(&(struct timespec){0, TICK_MS * 1000000L}, NULL);
-    }
-    return true;
 }
 
 static int client(char **targets, int n, uint64_t bytes, const char *data_list,
@@ -480,7 +492,7 @@ int main(int argc, char **argv)
         }
     }
     if (!strcmp(argv[1], "server"))
-        return server(ip, port, once, timeout);
+        return server(ip, port, once, start, timeout);
     if (!strcmp(argv[1], "client") && n > 0)
         return client(targets, n, bytes, data, ready, start, go, hold, timeout);
     fprintf(stderr, "vs_pair: server needs --port, client --conn\n");
