@@ -91,7 +91,7 @@ if [ "$status" -ne 0 ] || ls "$work/artifacts" | grep -q .; then
   tail -n 60 "$work/log"
   echo "run.sh: $name FAILED (status $status); reproducers (add each, once fixed, to" \
     "tests/fuzz/regressions/${name#fuzz_}/):" >&2
-  ls -d "$work"/artifacts/* >&2
+  ls -d "$work"/artifacts/* >&2 2>/dev/null || echo "  (none: see $work/log)" >&2
   exit 1
 fi
 echo "run.sh: $name passed in $((SECONDS - start)) s"
