@@ -20,9 +20,11 @@ Environment:
     (default 10.77.0.1: RDMA cannot route loopback); IPv6 runs only when
     VSOCKET_SEMANTICS_RDMA_ADDR6 names an IPv6 address with a RoCE GID.
   VSOCKET_SEMANTICS_TIME_SCALE (default 1 for shm, 10 for rdma): factor for
-    every time limit (how long a wake-up may take, how long to wait for
-    data), never for the lower bounds that prove a call blocked. The guest
-    runs under emulation (TCG, ~100x slower for CPU work).
+    every time limit (HANG: how long to wait for what must come), never for
+    a timeout's own lower bound (a 0.2 s timeout did not fire early). The
+    guest runs under emulation (TCG, ~100x slower for CPU work). No check
+    measures how fast a wait ends: a wait for the peer is checked by the
+    order of events (see HANG below).
   VSOCKET_SEMANTICS_NO_XFAIL=1 runs the scenarios marked xfail for the
     transport under test (known transport bugs) as plain tests.
 """
