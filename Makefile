@@ -2,7 +2,7 @@
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 
-.PHONY: all build build-asan demo test deps install format clean
+.PHONY: all build build-asan demo test fuzz deps install format clean
 
 all: build
 
@@ -27,6 +27,16 @@ demo:
 # Installs what is needed and runs the whole test suite (see scripts/test.sh).
 test:
 	scripts/test.sh
+
+# The open-ended fuzz search, FUZZ_TIME seconds per target (or runs=N), at
+# the lowest priority; `make test` runs only the deterministic gate
+# (tests/fuzz/search.sh, docs/design/fuzzing.md).
+FUZZ_TIME ?= 300
+fuzz:
+	scripts/install-deps.sh fuzz
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVSOCKET_FUZZ=ON
+	cmake --build $(BUILD)
+	nice -n 19 tests/fuzz/search.sh $(BUILD) $(FUZZ_TIME)
 
 install: build
 	cmake --install $(BUILD)

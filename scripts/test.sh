@@ -4,8 +4,11 @@
 #   2. release build: unit tests, tool and preload tests (ctest), then the
 #      compatibility suite (real programs under vsocket, pytest);
 #   3. the unit tests under valgrind;
-#   4. a short run (20 s) of each libFuzzer target, built with clang in
-#      build/fuzz (tests/fuzz; docs/design/fuzzing.md);
+#   4. the fuzz gate: each libFuzzer target (built with clang in build/fuzz)
+#      replays its checked-in corpus and regression inputs, then runs a
+#      bounded search with a fixed seed: the same verdict on every run
+#      (tests/fuzz; docs/design/fuzzing.md; the open-ended search is
+#      `make fuzz`);
 #   5. the same ctest and compatibility suite on an ASan+UBSan build;
 #   6. the RDMA stage in a Soft-RoCE guest (VSOCKET_SKIP_RDMA=1 skips it, loudly).
 # A core dumped during a stage fails it and its backtrace is printed
@@ -70,7 +73,7 @@ stage build build build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVSOCKET_FUZZ=ON
 stage ctest ctest --test-dir build --output-on-failure
 stage compat compat build
 stage valgrind ctest --test-dir build -L unit -T memcheck --output-on-failure
-stage fuzz ctest --test-dir build/fuzz --output-on-failure --no-tests=error
+stage fuzz ctest --test-dir build/fuzz -L gate --output-on-failure --no-tests=error
 stage build-asan build build-asan -DCMAKE_BUILD_TYPE=Debug -DVSOCKET_SANITIZE=ON -DVSOCKET_FUZZ=OFF
 stage ctest-asan ctest --test-dir build-asan --output-on-failure
 stage compat-asan compat build-asan

@@ -145,8 +145,9 @@ void vs_ring_set_limit(struct vs_ring *r, uint64_t most);
 ssize_t vs_ring_write(struct vs_ring *r, const struct iovec *iov, int iovcnt, int flags);
 
 /* Consumer: copies up to the readable bytes into iov; bytes read, 0 at end
- * of stream (writer shut down and every byte read), -EAGAIN when empty,
- * -EPROTO. */
+ * of stream (writer shut down and every byte read), -ECONNRESET instead
+ * when the writer's close reset (vs_ring_close_writer), -EAGAIN when empty,
+ * -EPROTO (possibly after copying into iov: its bytes are then garbage). */
 ssize_t vs_ring_read(struct vs_ring *r, const struct iovec *iov, int iovcnt, int flags);
 
 /* Bytes the consumer may read now (FIONREAD), or -EPROTO. Either side. */

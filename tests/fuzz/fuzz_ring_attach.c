@@ -22,20 +22,23 @@
 struct layout {
     unsigned char hdr[MAX_HEADER];
     size_t hdr_size;
-    uint64_t capacity;
+    uint64_t window, most; /* the geometry asked for */
+    uint64_t span;         /* the data area's size that goes with the header */
 };
 
-/* A genuine header for CAPACITY, layout unknown: create a ring, copy the
- * bytes in front of its data. */
+/* A genuine header for the geometry, layout unknown: create a ring, copy
+ * the bytes in front of its data. */
 static void genuine_header(struct layout *l)
 {
     struct vs_ring r;
-    int rc = vs_ring_create(&r, vs_ring_size_for(l->capacity, l->capacity, l->capacity), VS_RING_CONSUMER);
-    FZ_CHECK(rc == 0, "vs_ring_create(%lu): %d", (unsigned long)l->capacity, rc);
+    int rc = vs_ring_create(&r, vs_ring_size_for(l->window, l->most, l->most), VS_RING_CONSUMER);
+    FZ_CHECK(rc == 0, "vs_ring_create(%lu, %lu): %d", (unsigned long)l->window,
+             (unsigned long)l->most, rc);
     size_t hdr = (size_t)(r.data - (unsigned char *)r.sh);
     FZ_CHECK(hdr <= MAX_HEADER, "a header of %zu bytes", hdr);
     memcpy(l->hdr, r.sh, hdr);
     l->hdr_size = hdr;
+    l->span = r.capacity;
     vs_ring_destroy(&r);
 }
 
@@ -64,14 +67,14 @@ static void patch_header(struct layout *l, struct fz_in *in)
  * little, doubled, raw or zero. */
 static uint64_t pick_size(const struct layout *l, struct fz_in *in)
 {
-    uint64_t right = l->hdr_size + l->capacity;
+    uint64_t right = l->hdr_size + l->span;
     switch (fz_u8(in) % 8) {
     case 4:
         return right + (uint64_t)(int64_t)(int8_t)fz_u8(in);
     case 5:
         return (uint64_t)fz_le(in, 4);
     case 6:
-        return right + l->capacity;
+        return right + l->span;
     case 7:
         return 0;
     default:
@@ -113,7 +116,15 @@ static int make_memfd(const struct layout *l, uint64_t size, bool sealing, int s
 static int make_fd(struct layout *l, struct fz_in *in, int *spare)
 {
     uint8_t kind = fz_u8(in), seals = fz_u8(in), cap = fz_u8(in);
-    l->capacity = (uint64_t)VS_RING_MIN_CAPACITY << (cap % 15); /* 4 KiB .. 64 MiB */
+    l->window = (uint64_t)VS_RING_MIN_CAPACITY << (cap % 15); /* 4 KiB .. 64 MiB */
+    l->most = l->window;
+    /* A ring that can grow: a ladder of regions up to MOST (at most
+     * VS_RING_MAX_MOST), the span their sum. */
+    if (cap & 0x40) {
+        uint8_t shift = fz_u8(in) % 8;
+        l->most = l->window << shift > VS_RING_MAX_MOST ? VS_RING_MAX_MOST : l->window << shift;
+    }
+    l->span = l->window;
     memset(l->hdr, 0, sizeof(l->hdr));
     l->hdr_size = PAGE;
     if (!(cap & 0x80))
@@ -131,14 +142,16 @@ static int make_fd(struct layout *l, struct fz_in *in, int *spare)
     return make_memfd(l, size, (kind & 7) != 6, pick_seals(seals));
 }
 
-/* Attach accepted the ring: what it kept must describe the file. */
+/* Attach accepted the ring: what it kept must describe the file. The
+ * span (capacity) is a ladder's sum, not a power of two; the window is. */
 static void check_attached(const struct vs_ring *r, int fd)
 {
     struct stat st;
     FZ_CHECK(fstat(fd, &st) == 0, "fstat");
-    uint64_t c = r->capacity;
-    FZ_CHECK(c >= VS_RING_MIN_CAPACITY && c <= VS_RING_MAX_CAPACITY && (c & (c - 1)) == 0,
-             "attached with capacity %lu", (unsigned long)c);
+    uint64_t c = r->capacity, w = r->window;
+    FZ_CHECK(w >= VS_RING_MIN_CAPACITY && w <= VS_RING_MAX_CAPACITY && (w & (w - 1)) == 0 &&
+                 w <= c && c <= VS_RING_MAX_SPAN,
+             "attached with window %lu, span %lu", (unsigned long)w, (unsigned long)c);
     FZ_CHECK(r->map_size == (size_t)st.st_size, "map_size %zu, file %ld", r->map_size,
              (long)st.st_size);
     size_t hdr = (size_t)(r->data - (unsigned char *)r->sh);

@@ -27,7 +27,14 @@ struct ring_prog {
     /* The exact model, valid while !poisoned. */
     uint64_t written, read;
     bool writer_closed, reader_closed;
+    bool writer_reset; /* the last close_writer reset (ECONNRESET at the end) */
     bool poisoned;
+    /* The producer's geometry (ring_prog_run() fills it in): the window,
+     * the top region, the limit the model expects, and whether writes may
+     * stop at a region's end (a ring that can grow). */
+    uint64_t window, top, limit;
+    bool elastic;
+    long now_ns; /* the clock vs_ring_reclaim() is given */
 };
 
 /* Runs the rest of IN as steps on P. */

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Writes the seed corpus of the fuzz targets (corpus/<target>/), as programs
+"""Writes the seed corpus of the fuzz targets (corpus/<target>/) and the
+hand-written regression inputs (regressions/<target>/), as programs
 in the encoding their harnesses read (fuzz_stream.c, ring_prog.c,
 fuzz_ring_attach.c). The offsets poked in the ring seeds follow header
 version 1 (head at byte 64, tail at 128...), only to start the fuzzer near
@@ -44,6 +45,27 @@ def peek(n):
 COUNTS = b"\x03"
 CLOSE_WRITER = b"\x05"
 CLOSE_READER = b"\x06"
+# Opcode 9 and a byte: the producer's other operations.
+CLOSE_WRITER_RESET = b"\x09\x01"
+
+
+def reclaim(advance_ms, idle_ms):
+    return b"\x09\x02" + u16(advance_ms) + bytes([idle_ms])
+
+
+def set_limit(most):
+    return b"\x09\x03" + most.to_bytes(3, "little")
+
+
+def write_no_grow(n):
+    return b"\x09\x04" + bufs(n)
+
+
+def elastic(window_log, most_shift, creator=0):
+    """The setup bytes of a ring that can grow: window 4 KiB << WINDOW_LOG
+    (the setup byte modulo 5), most WINDOW << MOST_SHIFT."""
+    setup = next(b for b in range(256) if b & 0xE0 == creator | 0x20 and b % 5 == window_log)
+    return bytes([setup, most_shift])
 
 
 def poke_add(index, delta, width_log=3):
@@ -80,6 +102,17 @@ RING = {
     "reader_closed_flag": b"\x00" + poke_set(34, 1, 2) + write(1) + COUNTS,
     "waiters": b"\x00" + poke_set(49, 5, 2) + poke_set(65, 5, 2) + write(10) + read(10),
     "data": b"\x00" + write(64) + poke_data(3, 0xDEADBEEF) + read(64),
+    "eof_reset": b"\x00" + write(10) + CLOSE_WRITER_RESET + read(20) + read(20) + peek(1) + write(5),
+    # The elastic ring: growth up the ladder, back to the window, reclaim.
+    "grow": elastic(0, 3) + write(4096) + write(8192) + write(16000) + COUNTS + read(30000)
+    + read(100) + write(100) + read(100) + COUNTS,
+    "grow_reclaim": elastic(1, 4) + write(20000) + write(20000) + read(40000) + reclaim(100, 10)
+    + write(100) + reclaim(1000, 50) + read(100) + reclaim(2000, 50) + COUNTS + write(9000),
+    "grow_producer": elastic(0, 5, 0x80) + write(60000) + write(60000) + read(50000)
+    + unread_copy(0, 1000) + read(70000) + reclaim(10, 0),
+    "no_grow": elastic(0, 2) + write(4096) + write_no_grow(10) + write(10) + read(5000),
+    "limit": elastic(0, 5) + set_limit(10000) + write(20000) + write(20000) + COUNTS + set_limit(0)
+    + read(9000) + COUNTS + write(100) + set_limit(0xFFFFFF) + write(60000) + COUNTS,
 }
 
 # --- attach (fuzz_ring_attach.c): kind, seals, capacity, patches, size, role ---
@@ -87,8 +120,13 @@ RING = {
 SEALS_OK = 0x80
 
 
-def attach(kind=0, seals=SEALS_OK, cap=0, patches=b"", size=b"\x00", role=0, prog=b""):
-    return bytes([kind, seals, cap]) + patches + size + bytes([role]) + prog
+def attach(kind=0, seals=SEALS_OK, cap=0, patches=b"", size=b"\x00", role=0, prog=b"", grow=None):
+    """A window of 4 KiB << CAP (the byte modulo 15); GROW: the ring can
+    grow to 2**GROW windows (the byte gets bit 0x40)."""
+    if grow is not None:
+        cap = next(b for b in range(0x40, 0x80) if b % 15 == cap)
+    geometry = bytes([cap]) if grow is None else bytes([cap, grow])
+    return bytes([kind, seals]) + geometry + patches + size + bytes([role]) + prog
 
 
 def patches(*items):
@@ -119,6 +157,11 @@ ATTACH = {
     "head_wild": attach(patches=patches(patch_add(8, -1))),
     "cursors_apart": attach(patches=patches(patch_add(8, 100), patch_add(16, 50)), prog=read(100)),
     "big": attach(cap=14, patches=NONE, prog=read(1) + COUNTS),
+    "elastic_consumer": attach(grow=3, patches=NONE, prog=read(10) + poke_add(8, 9000) + read(9000)),
+    "elastic_producer": attach(grow=4, patches=NONE, role=1,
+                               prog=write(5000) + write(9000) + COUNTS + reclaim(5, 0) + poke_add(16, 14000)
+                               + write(100) + reclaim(10, 0)),
+    "elastic_big": attach(cap=12, grow=7, patches=NONE, prog=read(1)),
 }
 
 # --- side-channel records (fuzz_stream.c) ---
@@ -166,7 +209,56 @@ STREAM = {
     "tx_shut": tx_send(10) + TX_SHUT + TX_READY + tx_send(3),
     "revert_first": typed(REVERT, 0, 0) + typed(SWITCH, 0) + tcp_read(4) + ring_read(0),
     "repeats": typed(SWITCH, 10) + typed(SWITCH, 20) + typed(REVERT, 1, 2) + typed(REVERT, 3, 4),
-    # The findings (docs/design/fuzzing.md); fatal with VS_FUZZ_STRICT=1.
+}
+
+# --- the RDMA proof (fuzz_rdma_proof.c) ---
+
+
+def flow(data, chunks):
+    """One direction's bytes, kept by both ends in CHUNKS (sizes)."""
+    out = u16(len(data)) + data
+    done = 0
+    for k in chunks:
+        out += u16(k - 1) + b"\x00\x00" + b"\x00\x00"
+        done += k
+    assert done == len(data)
+    return out
+
+
+def ipv4(ip, port):
+    return b"\x00" + u16(port) + bytes(ip)
+
+
+def ipv6(port, family=None):
+    if family is None:
+        return b"\x01" + u16(port) + bytes(range(16))
+    return b"\x02" + u16(family) + u16(port) + bytes(range(16))
+
+
+def proof(setup=0, changed=None, c2a=(b"c" * 64, (32, 32)), a2c=(b"a" * 300, (100, 100, 100)),
+          addrs=ipv4((127, 0, 0, 1), 5000) + ipv4((127, 0, 0, 1), 6000), lie=0, raws=()):
+    out = bytes([setup | (1 if changed is not None else 0)])
+    if changed is not None:
+        out += u16(changed)
+    out += flow(*c2a) + flow(*a2c) + u64(0x1111) + u64(0x2222) + addrs + bytes([lie])
+    return out + b"".join(u64(v) for v in raws)
+
+
+PROOF = {
+    "honest": proof(),
+    "changed_c2a_in_prefix": proof(setup=2, changed=10),
+    "changed_a2c_past_prefix": proof(changed=290),
+    "counts_differ": proof(setup=4),
+    "liar_huge": proof(lie=0x05, raws=(1 << 63, (1 << 64) - 1)),
+    "nothing_in_common": proof(lie=0x04, raws=(0,)),
+    "ipv6": proof(addrs=ipv6(7000) + ipv6(8000)),
+    "odd_family": proof(addrs=ipv6(7000, family=0xFFFF) + ipv4((10, 0, 0, 1), 1)),
+    "empty": proof(c2a=(b"", ()), a2c=(b"", ())),
+}
+
+# The findings (docs/design/fuzzing.md), written as programs; the fuzzer's
+# own reproducers are copied into regressions/<target>/ as they are.
+STREAM_REGRESSIONS = {
     # F1: 512 bytes read from TCP, then SWITCH at 0: the TCP limit wraps.
     "finding_F1_switch_behind": tcp_read(512) + typed(SWITCH, 0),
     # F2: on the ring from offset 0, 100 bytes consumed, then REVERT ending at 50.
@@ -176,8 +268,11 @@ STREAM = {
 
 
 def main():
-    for target, seeds in (("ring", RING), ("ring_attach", ATTACH), ("stream", STREAM)):
-        d = os.path.join(HERE, "corpus", target)
+    for kind, target, seeds in (("corpus", "ring", RING), ("corpus", "ring_attach", ATTACH),
+                                ("corpus", "stream", STREAM),
+                                ("corpus", "rdma_proof", PROOF),
+                                ("regressions", "stream", STREAM_REGRESSIONS)):
+        d = os.path.join(HERE, kind, target)
         os.makedirs(d, exist_ok=True)
         for name, data in seeds.items():
             with open(os.path.join(d, name), "wb") as f:

@@ -5,9 +5,11 @@
 # vs_run CMD...         run CMD under the preload, RDMA forced between the
 #                       processes of the guest (VSOCKET_TRANSPORTS=rdma)
 # plain CMD...          run CMD without vsocket
-# wait_port PORT [S]    until something listens on IP:PORT (default 20 s)
+# wait_port PORT [S]    until something listens on IP:PORT (default 120 s)
 # expect_rdma_rows N [S] `vsocket stat` shows at least N connections on rdma
-#                       (retries for S seconds, default 60); prints the table
+#                       (retries for S seconds, default 180); prints the table
+# The waits' limits bound hangs only: the guest is ~100x slower than the
+# host and shared; each wait returns as soon as its event happens.
 # case_setup NAME       a scratch folder $tmp (with tests/lib/streams.py, for
 #                       Python scripts there), a list $pids of background
 #                       `vs_run ... &` subshells, and an EXIT trap that ends
@@ -28,7 +30,7 @@ vs_run() { env LD_PRELOAD="$LIB" VSOCKET_TRANSPORTS=rdma "$@"; }
 plain() { env -u LD_PRELOAD "$@"; }
 
 wait_port() {
-  local port=$1 limit=${2:-20} i
+  local port=$1 limit=${2:-120} i
   for ((i = 0; i < limit * 10; i++)); do
     if ss -ltnH "sport = :$port" 2>/dev/null | grep -q .; then return 0; fi
     sleep 0.1
@@ -40,7 +42,7 @@ wait_port() {
 expect_rdma_rows() {
   # A deadline, not a number of tries: one `vsocket stat` takes 1-2 s in the
   # emulated guest, so 200 tries were minutes.
-  local want=$1 n=0 out end=$((SECONDS + ${2:-60}))
+  local want=$1 n=0 out limit=${2:-180} end=$((SECONDS + ${2:-180}))
   while :; do
     out=$("$TOOL" stat 2>/dev/null || true)
     n=$(grep -c ' rdma ' <<<"$out" || true)
@@ -48,7 +50,7 @@ expect_rdma_rows() {
     [ "$SECONDS" -lt "$end" ] || break
     sleep 0.1
   done
-  echo "vsocket stat shows $n connections on rdma, expected at least $want (20 s):"
+  echo "vsocket stat shows $n connections on rdma, expected at least $want (${limit} s):"
   echo "$out"
   return 1
 }
@@ -66,9 +68,9 @@ expect_reason() {
 PAIR=$BUILD/bin/vs_pair
 IMP=$BUILD/bin/rdma_impostor
 
-# wait_file FILE [S]    until FILE exists (default 20 s)
+# wait_file FILE [S]    until FILE exists (default 120 s)
 wait_file() {
-  local f=$1 limit=${2:-20} i
+  local f=$1 limit=${2:-120} i
   for ((i = 0; i < limit * 10; i++)); do [ -e "$f" ] && return 0; sleep 0.1; done
   echo "no $f after ${limit}s"
   return 1
@@ -76,7 +78,7 @@ wait_file() {
 
 # wait_grep PATTERN FILE [S]   until FILE has a line matching PATTERN (ERE)
 wait_grep() {
-  local pat=$1 f=$2 limit=${3:-20} i
+  local pat=$1 f=$2 limit=${3:-120} i
   for ((i = 0; i < limit * 10; i++)); do grep -qE -- "$pat" "$f" 2>/dev/null && return 0; sleep 0.1; done
   echo "no /$pat/ in $f after ${limit}s"
   return 1
@@ -89,7 +91,7 @@ conn_row() {
 
 # wait_row LOCAL PEER REGEX [S]   until conn_row matches REGEX; prints the row
 wait_row() {
-  local l=$1 p=$2 re=$3 limit=${4:-20} i row=
+  local l=$1 p=$2 re=$3 limit=${4:-120} i row=
   for ((i = 0; i < limit * 10; i++)); do
     row=$(conn_row "$l" "$p")
     if [[ $row =~ $re ]]; then echo "$row"; return 0; fi

@@ -20,12 +20,14 @@ they are idle the test measures, and prints:
     same server) with the N connections idle, against the same busy client
     run against a reference server that holds no connection, the two runs
     alternated three times (best of each): round trips/s must not fall below
-    VSOCKET_SCALE_MIN_BUSY_RATIO (0.5) of it. Alternating puts both figures
-    in the same moments: this machine is shared and its speed drifts by 2x
-    over tens of seconds (a reference taken once, before the idle
-    connections, once failed CI at 0.41 while the next test measured the
-    opposite drift, 2.4). The busy client run before the idle connections
-    are opened is printed too.
+    VSOCKET_SCALE_MIN_BUSY_RATIO (0.1) of it. The bound is for a defect
+    only: a cost per idle connection in the busy path (a scan of the N
+    records per wake-up) slows it by orders of magnitude, while the machine's
+    own drift (shared, 2x over tens of seconds; a reference taken once,
+    before the idle connections, once failed CI at 0.41 while the next test
+    measured the opposite drift, 2.4) stays far above it; alternating puts
+    both figures in the same moments. The busy client run before the idle
+    connections are opened is printed too.
 
 Every criterion is checked and all figures are printed before the test
 fails on any of them.
@@ -46,9 +48,10 @@ Environment:
   VSOCKET_SCALE_CONNS          N (default 10000)
   VSOCKET_SCALE_BYTES          bytes echoed on each connection (default 1048576)
   VSOCKET_SCALE_MAX_KIB        memory bound per idle connection, KiB (default 64)
-  VSOCKET_SCALE_MIN_BUSY_RATIO busy throughput with N idle / without (default 0.5)
+  VSOCKET_SCALE_MIN_BUSY_RATIO busy throughput with N idle / without (default 0.1)
   VSOCKET_SCALE_IDLE_S         seconds idle before the final measurement (default 3)
-  VSOCKET_SCALE_TIMEOUT        seconds allowed for connecting + echoing (default 60 + N/50)
+  VSOCKET_SCALE_TIMEOUT        seconds allowed for connecting + echoing, a bound for a hang
+                               only (default 120 + N/25)
   VSOCKET_SCALE_REPORT         also write every figure as JSON to this file
   VSOCKET_SCALE_KERNEL_CONNS   idle kernel connections next to the busy client in
                                test_busy_next_to_idle_kernel_connections (default 2000)
@@ -82,9 +85,9 @@ PROG = Path(os.environ.get("VSOCKET_SCALE_PROG") or (BUILD_DIR / "bin" / "many_c
 N = int(os.environ.get("VSOCKET_SCALE_CONNS") or 10000)
 BYTES = int(os.environ.get("VSOCKET_SCALE_BYTES") or (1 << 20))
 MAX_KIB = float(os.environ.get("VSOCKET_SCALE_MAX_KIB") or 64)
-MIN_BUSY_RATIO = float(os.environ.get("VSOCKET_SCALE_MIN_BUSY_RATIO") or 0.5)
+MIN_BUSY_RATIO = float(os.environ.get("VSOCKET_SCALE_MIN_BUSY_RATIO") or 0.1)
 IDLE_S = float(os.environ.get("VSOCKET_SCALE_IDLE_S") or 3)
-TIMEOUT = float(os.environ.get("VSOCKET_SCALE_TIMEOUT") or (60 + N / 50))
+TIMEOUT = float(os.environ.get("VSOCKET_SCALE_TIMEOUT") or (120 + N / 25))
 REPORT = os.environ.get("VSOCKET_SCALE_REPORT")
 SHORT_OK = os.environ.get("VSOCKET_SCALE_NOFILE_SHORT_OK") == "1"
 BUSY_CONNS, BUSY_SECONDS, BUSY_REPEATS = 4, 3, 2

@@ -229,6 +229,10 @@ def expect(proc: Proc, name: str, timeout: float) -> dict:
 
 ATTACK_S = 3.0
 OK_ERRORS = {"ECONNRESET", "EPIPE"}
+# A bound on a wait that must end (a program's start, a call given a 2 s
+# timeout, a close): so loose that only a hang crosses it, however loaded
+# the machine. victim.py waits as long for its threads after "stop".
+HANG_S = 30.0
 
 
 def hostile_run(root_end: str, mode: str) -> tuple[dict, list[str], str]:
@@ -252,27 +256,27 @@ def hostile_run(root_end: str, mode: str) -> tuple[dict, list[str], str]:
     try:
         if root_end == "server":
             victim = start("victim", [*victim_py, "server"])
-            port = expect(victim, "listening", 10)["port"]
+            port = expect(victim, "listening", HANG_S)["port"]
             hostile = start("hostile", [*hostile_py, "client", str(port)])
         else:
             hostile = start("hostile", [*hostile_py, "server"])
-            port = expect(hostile, "listening", 10)["port"]
+            port = expect(hostile, "listening", HANG_S)["port"]
             victim = start("victim", [*victim_py, "client", str(port)])
-        v = expect(victim, "connected", 10)
-        h = expect(hostile, "connected", 10)
+        v = expect(victim, "connected", HANG_S)
+        h = expect(hostile, "connected", HANG_S)
         assert (uid_of(victim.p.pid), h["uid"]) == (0, pwd.getpwnam("nobody").pw_uid), (v, h)
         vs, hs = settled_stat(v["pid"], v["fd"]), settled_stat(h["pid"], h["fd"])
         if not vs or not hs or vs.get("transport") != "shm" or hs.get("transport") != "shm":
             pytest.fail(f"not on shm before the attack:\n  root end: {vs}\n  hostile: {hs}\n"
                         f"{describe()}", pytrace=False)
         hostile.send("attack")
-        expect(hostile, "attacking", 10)
+        expect(hostile, "attacking", HANG_S)
         time.sleep(ATTACK_S)
         victim.send("stop")
-        res = expect(victim, "result", 15)
+        res = expect(victim, "result", 2 * HANG_S)
         hostile.send("stop")
         try:
-            rc = victim.p.wait(timeout=10)
+            rc = victim.p.wait(timeout=HANG_S)
         except subprocess.TimeoutExpired:
             pytest.fail(f"the root end did not exit (threads: {_threads(victim.p.pid)})\n"
                         f"{describe()}", pytrace=False)
@@ -281,8 +285,8 @@ def hostile_run(root_end: str, mode: str) -> tuple[dict, list[str], str]:
         if rc != 0:
             problems.append(f"exit status {rc}")
         if res["hung"]:
-            problems.append(f"threads still in a call 8 s after stop: {res['hung']}")
-        if res["max_call"] > 5.0:
+            problems.append(f"threads still in a call {HANG_S:.0f} s after stop: {res['hung']}")
+        if res["max_call"] > HANG_S:
             problems.append(f"a call took {res['max_call']} s (SO_RCVTIMEO/SO_SNDTIMEO: 2 s)")
         if res["foreign"]:
             problems.append(f"read {res['foreign']} byte(s) the hostile peer never wrote "
@@ -290,7 +294,7 @@ def hostile_run(root_end: str, mode: str) -> tuple[dict, list[str], str]:
         bad = [e for e in res["errors"] if e.split(": ")[1] not in OK_ERRORS]
         if bad:
             problems.append(f"errors other than {sorted(OK_ERRORS)}: {bad}")
-        if res["close_s"] > 5.0:
+        if res["close_s"] > HANG_S:
             problems.append(f"close took {res['close_s']} s")
         for pat in BAD_STDERR:
             if pat.search(victim.stderr()):

@@ -35,7 +35,9 @@ import attacker as atk
 from harness import (ATTACKER, VSOCKET, Pair, free_port, known_bug, nobody_uid, other_user,
                      run_attacker_as_nobody, settled_stat)
 
-ATTACK_TIMEOUT = 2.0  # how long an attacker waits for the client to hang up
+# How long an attacker waits for the client to hang up: it does at once (a
+# refusal) or never (a defect), so only a hang waits this long.
+ATTACK_TIMEOUT = 20.0
 
 # (kind, what it is). The letters are the brief's cases.
 SAME_UID_ATTACKS = [
@@ -71,8 +73,10 @@ SAME_UID_ATTACKS = [
     ("half-close", "e: calls, says nothing, shuts its side"),
 ]
 
+# The silent caller waits up to 20 s: a library that hangs up on another
+# uid at once ends it long before; one that waits for its word never does.
 OTHER_UID_ATTACKS = ["hello-own-tcp-opath", "hello-own-tcp", "garbage", "truncated", "type-2",
-                     "bad-version", "silent:1.5"]
+                     "bad-version", "silent:20"]
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -251,8 +255,8 @@ def test_other_uid_attacks_refused(pairs):
     assert out["uid"] == nobody_uid() != os.geteuid(), out
     for res in out["results"]:
         check_refused(p, res, f"uid {out['uid']}: {res['kind']}", before)
-        if res["kind"].startswith("silent") and res["elapsed"] > 1.0:
-            p.fail(f"a silent caller of another uid was not hung up on at once: {res}")
+        if res["kind"].startswith("silent") and res["end"] == "timeout":
+            p.fail(f"a silent caller of another uid was not hung up on: {res}")
     finish_upgraded(p, "after attacks by another uid")
 
 

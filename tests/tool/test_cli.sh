@@ -82,13 +82,14 @@ expect exec-nofollow 0 '^$' -- env VSOCKET_FOLLOW_EXEC=off "$vs" run -- env -i /
 # disabled-by-config reason when the user chose the kernel.
 "$vs" run --transport=kernel -- python3 -c '
 import socket, time
-s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(); time.sleep(30)' &
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(); time.sleep(300)' &
 pid=$!
 for _ in $(seq 300); do "$vs" stat --pid $pid >/dev/null 2>&1 && break; sleep 0.1; done
 expect stat-live 0 "\"pid\":$pid.*\"state\":\"listening\".*\"transport\":\"kernel\",\"reason\":\"disabled-by-config\"" -- "$vs" stat --json --pid $pid
 expect stat-table 0 "^$pid +[0-9]+ +tcp +listening +127\.0\.0\.1:[0-9]+ .* kernel .* disabled-by-config" -- "$vs" stat
-# --watch refreshes until interrupted.
-out=$(timeout 1.5 "$vs" stat --watch=0.3 2>&1)
+# --watch refreshes until interrupted: read until a 4th table starts (so 3
+# whole ones), however long the machine takes; 60 s only bounds a hang.
+out=$(timeout 60 "$vs" stat --watch=0.3 2>&1 | awk '/PID  *FD  *PROTO/ && ++n > 3 { exit } { print }')
 if [ "$(grep -c 'PID  *FD  *PROTO' <<<"$out")" -ge 3 ] && grep -q "^$pid " <<<"$out"; then
   passed=$((passed + 1))
 else

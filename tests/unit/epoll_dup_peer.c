@@ -69,7 +69,7 @@ int main(void)
     char got[32] = "";
     size_t have = 0;
     for (int round = 0; round < 4 && have < 10; round++) {
-        int n = epoll_wait(ep, ev, 4, 1500);
+        int n = epoll_wait(ep, ev, 4, 15000); /* the peer's next send; long: a hang only */
         for (int i = 0; i < n; i++) {
             ssize_t r =
                 ev[i].data.fd == d ? recv(d, got + have, sizeof(got) - 1 - have, MSG_DONTWAIT) : 0;

@@ -12,10 +12,12 @@
 #    call does not always get through in time: rdma_cm's hang-up of the
 #    second was seen lost, the connector's CM then drops a caller reusing
 #    the queue pair number. Two refused calls are then the test.)
-# B: both ends under vsocket, the accepter's part delayed
-#    (VSOCKET_UPGRADE_AFTER_US=6 s on the server) so that the impostor wins
-#    the race: refused once, then the real accepter proves itself and the
-#    connection upgrades to rdma.
+# B: both ends under vsocket, the impostor first: the server (the accepter,
+#    its set-up delayed by VSOCKET_UPGRADE_AFTER_US=6 s, longer than the first
+#    echo) echoes the client's first bytes, then makes no socket call, so its
+#    set-up cannot start, until the impostor is done (vs_pair --start-file):
+#    an order of events, not a race. The impostor is refused once, then the
+#    real accepter proves itself and the connection upgrades to rdma.
 # Each variant: 1 MiB echoed and compared byte for byte (vs_pair).
 source "$(dirname "$0")/../lib.sh"
 W=$(mktemp -d /tmp/imp-caller.XXXXXX)
@@ -73,7 +75,7 @@ echo "A PASS: $calls forged proofs refused, 1 MiB byte-exact on TCP"
 echo "== B: both ends under vsocket, the impostor calls before the real accepter"
 port=7202
 VSOCKET_UPGRADE_AFTER_US=6000000 VSOCKET_LOG_LEVEL=info vs_run "$PAIR" server --bind "$IP" \
-  --port $port --once 1 --timeout 55 >"$W/b-srv.log" 2>&1 &
+  --port $port --once 1 --start-file "$W/b.start" --timeout 150 >"$W/b-srv.log" 2>&1 &
 pids+=($!)
 wait_port $port
 # The impostor starts first (process start-up is slow in the guest) and
@@ -84,7 +86,7 @@ pids+=($imp)
 sleep 1
 VSOCKET_UPGRADE_AFTER_US=0 VSOCKET_LOG_LEVEL=info vs_run "$PAIR" client --conn "$IP:$port" \
   --bytes 1048576 --ready-file "$W/b.ready" --go-file "$W/b.go" --hold-file "$W/b.hold" \
-  --timeout 55 >"$W/b-cli.log" 2>&1 &
+  --timeout 150 >"$W/b-cli.log" 2>&1 &
 cli=$!
 pids+=($cli)
 wait_file "$W/b.ready" || fail "client not ready"
@@ -97,9 +99,10 @@ wait $imp || rc=$?
 cat "$W/b-imp.log"
 [ "$rc" = 0 ] || fail "impostor: exit $rc (0 = refused, 1 = connector fooled, 3 = never got through)"
 grep -q 'upgraded to rdma' "$W/b-cli.log" &&
-  fail "the connection upgraded before the impostor was done: the race was not won, nothing tested"
+  fail "the connection upgraded before the impostor was done: nothing tested"
 echo "impostor refused after $((SECONDS - t0)) s; now the real accepter's turn"
-wait_row "$conn" "$IP:$port" '^rdma rxe0$' 30 || fail "the real accepter did not get the upgrade"
+touch "$W/b.start" # the server's set-up may start now
+wait_row "$conn" "$IP:$port" '^rdma rxe0$' || fail "the real accepter did not get the upgrade"
 n=$(grep -c "$refusal" "$W/b-cli.log" || true)
 [ "$n" = 1 ] || fail "connector logged '$refusal' $n times, expected 1"
 grep -q "$refusal" "$W/b-srv.log" && fail "the real accepter was refused"

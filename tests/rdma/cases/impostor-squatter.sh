@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Squatter (docs/design/rdma-transport.md, "Threat model"): a process binds
 # and listens with rdma_cm on the connector's TCP address (from `ss -tn`)
-# BEFORE the connector starts its rendezvous (the client's upgrade is
-# delayed: VSOCKET_UPGRADE_AFTER_US=2 s; the squatters are started before
-# the client and bind as soon as its connections exist), and answers the real accepter's
-# call with a forged vs_rdma_rep (random MAC). Asserted:
+# BEFORE the connector starts its rendezvous, and answers the real
+# accepter's call with a forged vs_rdma_rep (random MAC). The order is made
+# by events, not by a delay racing the squatters' start: the client
+# (upgrade delayed by VSOCKET_UPGRADE_AFTER_US=2 s, longer than its first
+# ping-pong) writes its connections' addresses, then makes no socket call,
+# so no set-up can start, until the squatters say they listen
+# (vs_pair --start-file). Asserted:
 #  * the accepter refuses it: 'cannot prove it holds the peer socket' and
 #    `vsocket stat` reason peer-proof-failed on the accepter's connection;
 #  * the accepter gave the squatter nothing: no PROOF (no ring) arrived;
@@ -29,7 +32,7 @@ delay_us=${IMPOSTOR_SQUAT_DELAY_US:-2000000}
 
 port=7211
 VSOCKET_UPGRADE_AFTER_US=0 VSOCKET_LOG_LEVEL=info vs_run "$PAIR" server --bind "$IP" --port $port \
-  --once 2 --timeout 55 >"$W/srv.log" 2>&1 &
+  --once 2 --timeout 150 >"$W/srv.log" 2>&1 &
 pids+=($!)
 wait_port $port
 # The squatters start first (process start-up is slow in the guest) and
@@ -41,8 +44,9 @@ sq1=$!
 pids+=($sq0 $sq1)
 sleep 1
 VSOCKET_UPGRADE_AFTER_US=$delay_us VSOCKET_LOG_LEVEL=info vs_run "$PAIR" client --conn "$IP:$port" \
-  --conn "$IP:$port" --bytes 1048576 --ready-file "$W/ready" --go-file "$W/go" --hold-file "$W/hold" \
-  --timeout 55 >"$W/cli.log" 2>&1 &
+  --conn "$IP:$port" --bytes 1048576 --ready-file "$W/ready" --start-file "$W/start" \
+  --go-file "$W/go" --hold-file "$W/hold" \
+  --timeout 150 >"$W/cli.log" 2>&1 &
 cli=$!
 pids+=($cli)
 t0=$SECONDS
@@ -55,14 +59,15 @@ want=$(printf '%s\n' "${conns[@]}" | sort | tr '\n' ' ')
 [ "$seen" = "$want" ] || fail "ss shows '$seen', the client has '$want'"
 echo "connectors' TCP addresses (also in ss): $seen; squatting on them"
 for i in 0 1; do
-  wait_grep '^SQUAT-(LISTENING|BIND-FAILED|LISTEN-FAILED)' "$W/squat$i.log" 20 || fail "squatter $i silent"
+  wait_grep '^SQUAT-(LISTENING|BIND-FAILED|LISTEN-FAILED)' "$W/squat$i.log" || fail "squatter $i silent"
   grep -q '^SQUAT-LISTENING' "$W/squat$i.log" ||
-    fail "squatter $i came too late (after $((SECONDS - t0)) s; raise IMPOSTOR_SQUAT_DELAY_US): nothing tested"
+    fail "squatter $i could not listen (after $((SECONDS - t0)) s): nothing tested"
 done
 step "squatters listening"
+touch "$W/start" # the client's set-ups may start now
 grep -q 'upgraded to rdma' "$W/cli.log" && fail "a connection upgraded before the squatters listened: nothing tested"
 for i in 0 1; do
-  wait_grep '^SQUAT-SUMMARY' "$W/squat$i.log" 40 || fail "the accepter never called squatter $i"
+  wait_grep '^SQUAT-SUMMARY' "$W/squat$i.log" || fail "the accepter never called squatter $i"
   echo "--- squatter $i"
   cat "$W/squat$i.log"
   grep -q '^SQUAT-REQUEST .*a vsocket accepter' "$W/squat$i.log" || fail "squatter $i: the caller was not the vsocket accepter"
@@ -83,9 +88,9 @@ done
 step "squatters done"
 for c in "${conns[@]}"; do
   # The accepter (the server) refused the squatter's answer ...
-  srv_row=$(wait_row "$IP:$port" "$c" '^kernel peer-proof-failed$' 20) || fail "accepter of $c: $srv_row"
+  srv_row=$(wait_row "$IP:$port" "$c" '^kernel peer-proof-failed$') || fail "accepter of $c: $srv_row"
   # ... and the connector found its rendezvous taken.
-  cli_row=$(wait_row "$c" "$IP:$port" '^kernel rendezvous-unavailable$' 20) || fail "connector $c: $cli_row"
+  cli_row=$(wait_row "$c" "$IP:$port" '^kernel rendezvous-unavailable$') || fail "connector $c: $cli_row"
   echo "$c: accepter $srv_row; connector $cli_row"
 done
 n=$(grep -c 'the process that answered cannot prove it holds the peer socket' "$W/srv.log" || true)
@@ -94,7 +99,7 @@ n=$(grep -c 'cannot listen on the connection.s address: Address already in use' 
 [ "$n" = 2 ] || fail "the connector logged $n EADDRINUSE, expected 2"
 step "stat checked, data"
 touch "$W/go"
-wait_grep '^PAIR-DATA conn=1 ' "$W/cli.log" 60 || fail "no data result"
+wait_grep '^PAIR-DATA conn=1 ' "$W/cli.log" || fail "no data result"
 grep '^PAIR-DATA ' "$W/cli.log"
 [ "$(grep -c '^PAIR-DATA conn=[01] .*result=OK' "$W/cli.log")" = 2 ] || fail "data not byte-exact"
 step "data done"

@@ -1,20 +1,27 @@
 /* vs_pair - a checksummed echo pair for the impostor cases (tests/rdma/README.md).
  *
- *   vs_pair server --bind IP --port P [--once N] [--timeout S]
+ *   vs_pair server --bind IP --port P [--once N] [--start-file F] [--timeout S]
  *   vs_pair client --conn IP:PORT [--conn ...] [--bytes B] [--data-conns LIST]
- *                  [--ready-file F] [--go-file F] [--hold-file F] [--timeout S]
+ *                  [--ready-file F] [--start-file F] [--go-file F] [--hold-file F]
+ *                  [--timeout S]
  *
  * Both are single-threaded poll loops on non-blocking sockets that wake at
  * least every 20 ms: under vsocket a set-up advances only at calls of the
  * program, so the program keeps calling while it waits.
  *
  * The server echoes every byte back and closes once its peer finished and
- * everything is echoed (--once N: exits after N connections ended).
+ * everything is echoed (--once N: exits after N connections ended). With
+ * --start-file, once it echoed the first connection's first HELLO bytes it
+ * sleeps without a socket call until that file exists: its set-ups cannot
+ * start before (a test's way to let something else go first).
  *
  * The client connects every --conn, sends 64 random bytes on each and reads
  * them back (so both directions have a prefix the proof covers), writes
- * "INDEX LOCAL PEER" per connection into --ready-file, then polls until
- * --go-file exists. Then, on the --data-conns (comma separated indexes,
+ * "INDEX LOCAL PEER" per connection into --ready-file. With --start-file,
+ * it then sleeps without a socket call until that file exists, so that no
+ * set-up of its connections can start before (a test's way to order it
+ * after something it prepared, e.g. a squatter listening). Then it polls
+ * until --go-file exists. Then, on the --data-conns (comma separated indexes,
  * default all), it sends B bytes of a seeded pseudo-random stream, reads the
  * echo, compares every byte, shuts its side down and reads to the end:
  *   PAIR-DATA conn=I bytes=B sent_fnv=X rcvd_fnv=Y result=OK|MISMATCH|SHORT
@@ -68,14 +75,26 @@ static void die(const char *what)
 
 /* ------------------------------------------------------------------ server */
 
+/* Sleeps until F exists, making no socket call; false on timeout. */
+static bool sleep_until_exists(const char *f, double end)
+{
+    while (!exists(f)) {
+        if (now_s() > end)
+            return false;
+        nanosleep(&(struct timespec){0, TICK_MS * 1000000L}, NULL);
+    }
+    return true;
+}
+
 struct echo {
     int fd;
     char buf[256 << 10];
     size_t have;
+    uint64_t echoed;
     bool eof, done;
 };
 
-static int server(const char *ip, int port, int once, double timeout)
+static int server(const char *ip, int port, int once, const char *start_file, double timeout)
 {
     int l = socket(AF_INET, SOCK_STREAM, 0);
     int one = 1;
@@ -108,7 +127,7 @@ static int server(const char *ip, int port, int once, double timeout)
             int fd = accept4(l, NULL, NULL, SOCK_NONBLOCK);
             if (fd >= 0) {
                 e[n].fd = fd;
-                e[n].have = 0;
+                e[n].have = e[n].echoed = 0;
                 e[n].eof = e[n].done = false;
                 n++;
             }
@@ -135,6 +154,7 @@ static int server(const char *ip, int port, int once, double timeout)
                 if (w > 0) {
                     memmove(c->buf, c->buf + w, c->have - (size_t)w);
                     c->have -= (size_t)w;
+                    c->echoed += (uint64_t)w;
                 } else if (w < 0 && errno != EAGAIN && errno != EINTR) {
                     c->done = true;
                     close(c->fd);
@@ -147,6 +167,13 @@ static int server(const char *ip, int port, int once, double timeout)
                 close(c->fd);
                 ended++;
             }
+        }
+        if (start_file && n > 0 && e[0].echoed >= HELLO) {
+            if (!sleep_until_exists(start_file, end)) {
+                fprintf(stderr, "vs_pair: timeout waiting for %s\n", start_file);
+                return 2;
+            }
+            start_file = NULL;
         }
     }
     printf("PAIR-SERVER done: %d connections, %d ended\n", n, ended);
@@ -167,7 +194,7 @@ static uint64_t next(uint64_t *s)
 struct conn {
     int fd;
     bool data, dead, shut, end;
-    uint64_t seed_tx, seed_rx;     /* the stream, regenerated on both sides */
+    uint64_t seed_tx, seed_rx; /* the stream, regenerated on both sides */
     uint64_t sent, rcvd;
     uint64_t fnv_tx, fnv_rx;
     bool mismatch;
@@ -221,8 +248,8 @@ static void tick(struct conn *c, int n)
 }
 
 static int client(char **targets, int n, uint64_t bytes, const char *data_list,
-                  const char *ready_file, const char *go_file, const char *hold_file,
-                  double timeout)
+                  const char *ready_file, const char *start_file, const char *go_file,
+                  const char *hold_file, double timeout)
 {
     static struct conn c[MAXC];
     double end = now_s() + timeout;
@@ -311,6 +338,10 @@ static int client(char **targets, int n, uint64_t bytes, const char *data_list,
         fclose(rf);
         rename(tmpname, ready_file);
     }
+    if (start_file && !sleep_until_exists(start_file, end)) {
+        fprintf(stderr, "vs_pair: timeout waiting for %s\n", start_file);
+        return 2;
+    }
     while (go_file && !exists(go_file)) {
         if (now_s() > end) {
             fprintf(stderr, "vs_pair: timeout waiting for %s\n", go_file);
@@ -391,9 +422,9 @@ static int client(char **targets, int n, uint64_t bytes, const char *data_list,
     for (int i = 0; i < n; i++) {
         if (!c[i].data)
             continue;
-        const char *res = c[i].mismatch ? "MISMATCH" : (c[i].rcvd != bytes || c[i].sent != bytes)
-                                                           ? "SHORT"
-                                                           : "OK";
+        const char *res = c[i].mismatch                                ? "MISMATCH"
+                          : (c[i].rcvd != bytes || c[i].sent != bytes) ? "SHORT"
+                                                                       : "OK";
         bad += strcmp(res, "OK") != 0 || c[i].fnv_tx != c[i].fnv_rx;
         printf("PAIR-DATA conn=%d bytes=%llu sent=%llu rcvd=%llu sent_fnv=%016llx rcvd_fnv=%016llx "
                "result=%s",
@@ -420,7 +451,8 @@ int main(int argc, char **argv)
         return 2;
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
-    const char *ip = "10.77.0.1", *data = NULL, *ready = NULL, *go = NULL, *hold = NULL;
+    const char *ip = "10.77.0.1", *data = NULL, *ready = NULL, *start = NULL, *go = NULL,
+               *hold = NULL;
     int port = 0, once = 0, n = 0;
     char *targets[MAXC];
     uint64_t bytes = 1 << 20;
@@ -448,6 +480,8 @@ int main(int argc, char **argv)
             data = v;
         else if (!strcmp(a, "--ready-file"))
             ready = v;
+        else if (!strcmp(a, "--start-file"))
+            start = v;
         else if (!strcmp(a, "--go-file"))
             go = v;
         else if (!strcmp(a, "--hold-file"))
@@ -458,9 +492,9 @@ int main(int argc, char **argv)
         }
     }
     if (!strcmp(argv[1], "server"))
-        return server(ip, port, once, timeout);
+        return server(ip, port, once, start, timeout);
     if (!strcmp(argv[1], "client") && n > 0)
-        return client(targets, n, bytes, data, ready, go, hold, timeout);
+        return client(targets, n, bytes, data, ready, start, go, hold, timeout);
     fprintf(stderr, "vs_pair: server needs --port, client --conn\n");
     return 2;
 }

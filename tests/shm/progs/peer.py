@@ -55,6 +55,19 @@ def T(seconds):
     return seconds * SCALE
 
 
+# How long to wait for something that must come (the peer's data, an
+# event, a timeout that fires): so long that only a hang waits that long,
+# however loaded the machine. No check measures how fast a wait ends; one
+# that must wait for the peer checks the order of events instead: each end
+# stamps what it did with now() (CLOCK_MONOTONIC, one clock for every
+# process of the machine) and the test compares the stamps.
+HANG = T(30)
+
+
+def now():
+    return time.monotonic()
+
+
 # --------------------------------------------------------------------------
 # control channel
 
@@ -118,8 +131,8 @@ def sha(b):
     return hashlib.sha256(b).hexdigest()
 
 
-def recv_exact(s, n, flags=0, timeout=20.0):
-    timeout = T(timeout)
+def recv_exact(s, n, flags=0, timeout=None):
+    timeout = HANG if timeout is None else T(timeout)
     buf = bytearray()
     deadline = time.monotonic() + timeout
     while len(buf) < n:
@@ -150,8 +163,8 @@ def expect_eagain(fn, what):
     raise CheckFailed(f"{what}: expected EAGAIN (BlockingIOError), returned {r!r}")
 
 
-def wait_readable(s, timeout=5.0):
-    timeout = T(timeout)
+def wait_readable(s):
+    timeout = HANG
     r, _, _ = select.select([s], [], [], timeout)
     expect(r, f"socket not readable within {timeout}s")
 
@@ -240,7 +253,7 @@ def _(s, ctl):
     ctl.sync("armed")
     t = Timer()
     first = s.recv(4096)              # blocks until b sends (after 0.3 s)
-    blocked = t()
+    blocked, t_back = t(), now()
     expect(0 < len(first) <= 4096, f"first recv(4096) returned {len(first)} bytes")
     got = bytearray(first)
     sizes = []
@@ -257,7 +270,7 @@ def _(s, ctl):
     E = data(12, 300_000)
     s.sendall(E)                      # more than a default ring: blocks on flow control
     ctl.sync("sent")
-    return {"blocked_s": blocked, "partial_sizes": len(sizes)}
+    return {"blocked_s": blocked, "t_back": t_back, "partial_sizes": len(sizes)}
 
 
 @_.b
@@ -265,12 +278,13 @@ def _(s, ctl):
     D = data(11, 100_000)
     ctl.sync("armed")
     time.sleep(0.3)
+    t_sent = now()
     s.sendall(D)
     E = data(12, 300_000)
     got = recv_exact(s, len(E))
     expect(sha(got) == sha(E), "a→b 300000 bytes: checksum mismatch")
     ctl.sync("sent")
-    return {}
+    return {"t_sent": t_sent}
 
 
 @scenario("io_nonblocking")
@@ -280,13 +294,14 @@ def _(s, ctl):
     expect(fcntl.fcntl(s.fileno(), fcntl.F_GETFL) & os.O_NONBLOCK, "O_NONBLOCK not set")
     t = Timer()
     expect_eagain(lambda: s.recv(100), "non-blocking recv on an empty socket")
-    expect(t() < T(0.1), f"non-blocking recv took {t():.3f}s")
+    # a recv that blocked would wait for ever: b sends only after "armed"
+    expect(t() < HANG, f"non-blocking recv took {t():.3f}s")
     ctl.sync("armed")
     D = data(21, 5000)
     got = bytearray()
-    deadline = time.monotonic() + T(5)
+    deadline = time.monotonic() + HANG
     while len(got) < len(D) and time.monotonic() < deadline:
-        select.select([s], [], [], T(1))
+        select.select([s], [], [], HANG)
         try:
             c = s.recv(65536)
         except BlockingIOError:
@@ -300,7 +315,7 @@ def _(s, ctl):
     expect(len(sent) > 0, "nothing could be sent")
     ctl.sync("full", {"n": len(sent), "sha": sha(sent)})
     ctl.sync("drained")
-    _, w, _ = select.select([], [s], [], T(2))
+    _, w, _ = select.select([], [s], [], HANG)
     expect(w, "not writable after the peer drained the ring")
     n = s.send(b"z" * 100)
     expect(n == 100, f"send after drain returned {n}")
@@ -328,7 +343,7 @@ def _(s, ctl):
     X = data(31, 3000)
     ctl.sync("sent")
     wait_readable(s)
-    deadline = time.monotonic() + T(2)
+    deadline = time.monotonic() + HANG
     while fionread(s) < len(X) and time.monotonic() < deadline:
         time.sleep(0.01)
     p1 = s.recv(3000, socket.MSG_PEEK)
@@ -346,11 +361,11 @@ def _(s, ctl):
     ctl.sync("again")
     t = Timer()
     p = s.recv(100, socket.MSG_PEEK)
-    blocked = t()
+    blocked, t_back = t(), now()
     Y = data(32, 50)
     expect(p and p == Y[:len(p)], f"blocking peek returned {p!r}")
     expect(recv_exact(s, 50) == Y, "read after blocking peek differs")
-    return {"blocked_s": blocked}
+    return {"blocked_s": blocked, "t_back": t_back}
 
 
 @_.b
@@ -359,21 +374,22 @@ def _(s, ctl):
     ctl.sync("sent")
     ctl.sync("again")
     time.sleep(0.3)
+    t_sent = now()
     s.sendall(data(32, 50))
-    return {}
+    return {"t_sent": t_sent}
 
 
 @scenario("io_dontwait")
 def _(s, ctl):
     t = Timer()
     expect_eagain(lambda: s.recv(100, socket.MSG_DONTWAIT), "recv(MSG_DONTWAIT) on an empty socket")
-    expect(t() < T(0.1), f"recv(MSG_DONTWAIT) took {t():.3f}s")
+    expect(t() < HANG, f"recv(MSG_DONTWAIT) took {t():.3f}s")
     expect(s.gettimeout() is None, "socket is not blocking")
     ctl.sync("armed")
     Z = data(41, 2000)
     wait_readable(s)
     got = bytearray()
-    deadline = time.monotonic() + T(3)
+    deadline = time.monotonic() + HANG
     while len(got) < len(Z) and time.monotonic() < deadline:
         try:
             got += s.recv(4096, socket.MSG_DONTWAIT)
@@ -382,14 +398,16 @@ def _(s, ctl):
     expect(bytes(got) == Z, f"recv(MSG_DONTWAIT): got {len(got)} bytes")
     t = Timer()
     sent = fill_nonblocking(s, 42, socket.MSG_DONTWAIT)
-    expect(t() < T(2), f"send(MSG_DONTWAIT) until EAGAIN took {t():.2f}s (blocked?)")
+    # blocked, it would wait for ever: b reads only after "full"
+    expect(t() < HANG, f"send(MSG_DONTWAIT) until EAGAIN took {t():.2f}s (blocked?)")
     expect(len(sent) > 0, "nothing sent")
     ctl.sync("full", {"n": len(sent), "sha": sha(sent)})
     # still a blocking socket: a plain recv blocks until b sends
     t = Timer()
     r = s.recv(10)
+    blocked, t_back = t(), now()
     expect(r == b"after", f"blocking recv after MSG_DONTWAIT use returned {r!r}")
-    return {"blocked_s": t()}
+    return {"blocked_s": blocked, "t_back": t_back}
 
 
 @_.b
@@ -400,8 +418,9 @@ def _(s, ctl):
     got = recv_exact(s, peer["n"])
     expect(sha(got) == peer["sha"], "bytes sent with MSG_DONTWAIT: checksum mismatch")
     time.sleep(0.3)
+    t_sent = now()
     s.sendall(b"after")
-    return {}
+    return {"t_sent": t_sent}
 
 
 @scenario("io_waitall")
@@ -411,7 +430,7 @@ def _(s, ctl):
     ctl.sync("armed")
     t = Timer()
     got = s.recv(N, socket.MSG_WAITALL)
-    took = t()
+    took, t_back = t(), now()
     expect(len(got) == N, f"recv({N}, MSG_WAITALL) returned {len(got)} bytes")
     expect(got == W, "MSG_WAITALL: checksum mismatch")
     # the stream ends before n bytes: MSG_WAITALL returns what there was
@@ -419,7 +438,7 @@ def _(s, ctl):
     got = s.recv(1000, socket.MSG_WAITALL)
     expect(got == b"x" * 100, f"MSG_WAITALL at EOF returned {len(got)} bytes, expected the 100 sent")
     expect(s.recv(10) == b"", "no EOF after the short MSG_WAITALL")
-    return {"took_s": took}
+    return {"took_s": took, "t_back": t_back}
 
 
 @_.b
@@ -429,13 +448,14 @@ def _(s, ctl):
     ctl.sync("armed")
     step = (N + 19) // 20
     for off in range(0, N, step):
+        t_last = now()
         s.sendall(W[off:off + step])
         time.sleep(0.01)
     ctl.sync("short")
     s.sendall(b"x" * 100)
     time.sleep(0.1)
     s.shutdown(socket.SHUT_WR)
-    return {}
+    return {"t_last": t_last}
 
 
 # Both ends write more than a ring before they read (the kernel buffers
@@ -463,10 +483,10 @@ def _write_first_nonblocking(s, ctl, mine, theirs):
     s.setblocking(False)
     ctl.sync("go")
     out = memoryview(data(mine, WRITE_FIRST_BYTES))
-    deadline = time.monotonic() + T(30)
+    deadline = time.monotonic() + HANG
     while out:
         expect(time.monotonic() < deadline, f"{len(out)} bytes never became writable")
-        select.select([], [s], [], T(1))
+        select.select([], [s], [], HANG)
         try:
             out = out[s.send(out):]
         except BlockingIOError:
@@ -474,7 +494,7 @@ def _write_first_nonblocking(s, ctl, mine, theirs):
     got = bytearray()
     while len(got) < WRITE_FIRST_BYTES:
         expect(time.monotonic() < deadline, f"received {len(got)} bytes only")
-        select.select([s], [], [], T(1))
+        select.select([s], [], [], HANG)
         try:
             c = s.recv(1 << 20)
         except BlockingIOError:
@@ -635,7 +655,7 @@ def _(s, ctl):
     expect(sha(got) == sha(D), "1 MB before the peer's SHUT_WR: checksum mismatch")
     t = Timer()
     r = s.recv(100)                   # blocks until b shuts down (0.3 s)
-    blocked = t()
+    blocked, t_eof = t(), now()
     expect(r == b"", f"after every byte, recv returned {r!r} instead of EOF")
     expect(s.recv(100) == b"", "second recv after EOF is not EOF")
     ctl.sync("eof-seen")
@@ -643,7 +663,7 @@ def _(s, ctl):
     s.sendall(E)                      # the other direction still works
     ctl.sync("back")
     s.close()
-    return {"blocked_s": blocked}
+    return {"blocked_s": blocked, "t_eof": t_eof}
 
 
 @_.b
@@ -651,6 +671,7 @@ def _(s, ctl):
     D = data(91, 1 << 20)
     s.sendall(D)
     time.sleep(0.3)
+    t_shut = now()                    # a must not see EOF before this
     s.shutdown(socket.SHUT_WR)
     try:
         s.send(b"late")
@@ -663,7 +684,7 @@ def _(s, ctl):
     expect(sha(got) == sha(E), "600 KB after our SHUT_WR: checksum mismatch")
     ctl.sync("back")
     expect(s.recv(10) == b"", "no EOF after the peer closed")
-    return {}
+    return {"t_shut": t_shut}
 
 
 # --- 3. close with data in flight ------------------------------------------
@@ -784,7 +805,7 @@ def _(s, ctl):
     ep.register(s.fileno(), select.EPOLLIN | select.EPOLLRDHUP)
     expect(ep.poll(0.1) == [], "event before the peer died")
     ctl.emit("blocking")
-    ev = ep.poll(T(5))
+    ev = ep.poll(HANG)
     t_back = time.monotonic()
     try:
         r = s.recv(100)
@@ -932,19 +953,19 @@ def _(s, ctl):
     r, w, x = select.select([s], [], [], 0.2)
     res["empty_s"] = t()
     expect(r == [], f"select: readable with nothing sent: {r}")
-    r, w, x = select.select([], [s], [], T(1))
+    r, w, x = select.select([], [s], [], HANG)
     expect(w == [s], "select: not writable")
     ctl.sync("armed")
     t = Timer()
-    r, w, x = select.select([s], [], [], T(5))
-    res["wake_s"] = t()
+    r, w, x = select.select([s], [], [], HANG)
+    res["wake_s"], res["t_back"] = t(), now()
     expect(r == [s], "select: no readable within 5 s after the peer sent")
     expect(recv_exact(s, 500) == data(121, 500), "data wrong")
     r, w, x = select.select([s], [], [], 0)
     expect(r == [], "select: still readable after draining")
     # EOF makes it readable too
     ctl.sync("shut")
-    r, w, x = select.select([s], [], [], T(5))
+    r, w, x = select.select([s], [], [], HANG)
     expect(r == [s], "select: not readable after the peer's SHUT_WR")
     expect(s.recv(10) == b"", "no EOF")
     return res
@@ -954,11 +975,12 @@ def _(s, ctl):
 def _(s, ctl):
     ctl.sync("armed")
     time.sleep(0.3)
+    t_sent = now()
     s.sendall(data(121, 500))
     ctl.sync("shut")
     time.sleep(0.2)
     s.shutdown(socket.SHUT_WR)
-    return {}
+    return {"t_sent": t_sent}
 
 
 @scenario("ready_poll")
@@ -971,19 +993,19 @@ def _(s, ctl):
     res["empty_s"] = t()
     expect(ev == [], f"poll: events with nothing sent: {ev}")
     p.modify(s, select.POLLOUT)
-    ev = p.poll(int(T(1000)))
+    ev = p.poll(int(HANG * 1000))
     expect(ev and ev[0][1] & select.POLLOUT, f"poll: not writable: {ev}")
     p.modify(s, select.POLLIN | select.POLLRDHUP)
     ctl.sync("armed")
     t = Timer()
-    ev = p.poll(int(T(5000)))
-    res["wake_s"] = t()
+    ev = p.poll(int(HANG * 1000))
+    res["wake_s"], res["t_back"] = t(), now()
     expect(ev and ev[0][0] == s.fileno() and ev[0][1] & select.POLLIN, f"poll after data: {ev}")
     expect(not ev[0][1] & select.POLLRDHUP, f"poll: POLLRDHUP before shutdown: {ev}")
     expect(recv_exact(s, 500) == data(121, 500), "data wrong")
     expect(p.poll(0) == [], "poll: still readable after draining")
     ctl.sync("shut")
-    ev = p.poll(int(T(5000)))
+    ev = p.poll(int(HANG * 1000))
     expect(ev and ev[0][1] & select.POLLIN and ev[0][1] & select.POLLRDHUP,
            f"poll after the peer's SHUT_WR: {ev} (POLLIN|POLLRDHUP expected)")
     expect(s.recv(10) == b"", "no EOF")
@@ -994,10 +1016,13 @@ _.b(SCENARIOS["ready_select"][1])     # b does the same for both
 
 
 def b_sends_on_request(s, ctl, steps, final=True):
-    """b: for each (sync name, payload or None, delay): barrier, wait, send."""
+    """b: for each (sync name, payload or None, delay): barrier, wait, send.
+    Returns when each step's action began ({"t_sent": {name: now()}})."""
+    t_sent = {}
     for name, payload, delay in steps:
         ctl.sync(name)
         time.sleep(delay)
+        t_sent[name] = now()
         if payload == "SHUT_WR":
             s.shutdown(socket.SHUT_WR)
         elif payload == "CLOSE":
@@ -1007,7 +1032,7 @@ def b_sends_on_request(s, ctl, steps, final=True):
     # stay connected until a is done: our exit would be an event of its own
     if final:
         ctl.sync("done")
-    return {}
+    return {"t_sent": t_sent}
 
 
 @scenario("epoll_lt")
@@ -1016,7 +1041,7 @@ def _(s, ctl):
     ep.register(s.fileno(), select.EPOLLIN)
     expect(ep.poll(0.2) == [], "epoll: event with nothing sent")
     ctl.sync("send")
-    ev = ep.poll(T(5))
+    ev = ep.poll(HANG)
     expect(ev == [(s.fileno(), select.EPOLLIN)], f"epoll LT after data: {ev}")
     expect(s.recv(10) == data(131, 1000)[:10], "data wrong")
     ev = ep.poll(T(0.5))
@@ -1029,7 +1054,7 @@ def _(s, ctl):
     expect(ev == [], f"epoll LT after draining: {ev}")
     expect(t() >= 0.25, f"epoll.poll(0.3) returned after {t():.3f}s")
     ep.modify(s.fileno(), select.EPOLLIN | select.EPOLLOUT)
-    ev = ep.poll(T(1))
+    ev = ep.poll(HANG)
     expect(ev == [(s.fileno(), select.EPOLLOUT)], f"epoll EPOLLOUT: {ev}")
     ep.close()
     ctl.sync("done")
@@ -1046,7 +1071,7 @@ def _(s, ctl):
     ep = select.epoll()
     ep.register(s.fileno(), select.EPOLLIN | select.EPOLLET)
     ctl.sync("send1")
-    ev = ep.poll(T(5))
+    ev = ep.poll(HANG)
     expect(ev == [(s.fileno(), select.EPOLLIN)], f"epoll ET after data: {ev}")
     expect(recv_exact(s, 1000) == data(141, 1000), "data wrong")
     s.setblocking(False)
@@ -1055,7 +1080,7 @@ def _(s, ctl):
     ev = ep.poll(0.3)
     expect(ev == [], f"epoll ET after draining, no new data: {ev}")
     ctl.sync("send2")
-    ev = ep.poll(T(5))
+    ev = ep.poll(HANG)
     expect(ev == [(s.fileno(), select.EPOLLIN)], f"epoll ET after new data: {ev}")
     ev = ep.poll(0.3)
     expect(ev == [], f"epoll ET, same data not read: reported again: {ev}")
@@ -1063,7 +1088,7 @@ def _(s, ctl):
     ev = ep.poll(0.2)
     expect(ev == [], f"epoll ET after the second drain: {ev}")
     ctl.sync("send3")
-    ev = ep.poll(T(5))
+    ev = ep.poll(HANG)
     expect(ev == [(s.fileno(), select.EPOLLIN)], f"epoll ET after a third send: {ev}")
     expect(recv_exact(s, 10) == data(143, 10), "data wrong")
     ep.close()
@@ -1084,7 +1109,7 @@ def _(s, ctl):
     fd = s.fileno()
     ep.register(fd, select.EPOLLIN | select.EPOLLONESHOT)
     ctl.sync("send1")
-    ev = ep.poll(T(5))
+    ev = ep.poll(HANG)
     expect(ev == [(fd, select.EPOLLIN)], f"EPOLLONESHOT first event: {ev}")
     ev = ep.poll(0.3)
     expect(ev == [], f"EPOLLONESHOT: a second event without modify(): {ev}")
@@ -1093,7 +1118,7 @@ def _(s, ctl):
     ev = ep.poll(0.2)
     expect(ev == [], f"EPOLLONESHOT: event for new data without modify(): {ev}")
     ep.modify(fd, select.EPOLLIN | select.EPOLLONESHOT)
-    ev = ep.poll(T(2))
+    ev = ep.poll(HANG)
     expect(ev == [(fd, select.EPOLLIN)], f"EPOLLONESHOT after modify() with data waiting: {ev}")
     ev = ep.poll(0.2)
     expect(ev == [], f"EPOLLONESHOT: again without modify(): {ev}")
@@ -1101,7 +1126,7 @@ def _(s, ctl):
     ep.modify(fd, select.EPOLLIN | select.EPOLLONESHOT)
     expect(ep.poll(0.2) == [], "EPOLLONESHOT re-armed on an empty socket: event")
     ctl.sync("send3")
-    ev = ep.poll(T(5))
+    ev = ep.poll(HANG)
     expect(ev == [(fd, select.EPOLLIN)], f"EPOLLONESHOT re-armed, then data: {ev}")
     expect(recv_exact(s, 5) == b"third", "data wrong")
     ep.close()
@@ -1122,12 +1147,12 @@ def _(s, ctl):
     fd = s.fileno()
     ep.register(fd, select.EPOLLIN | select.EPOLLRDHUP)
     ctl.sync("send")
-    ev = ep.poll(T(5))
+    ev = ep.poll(HANG)
     expect(ev == [(fd, select.EPOLLIN)], f"data, no shutdown yet: {ev}")
     expect(recv_exact(s, 100) == data(161, 100), "data wrong")
     ctl.sync("shut")
     t = Timer()
-    ev = ep.poll(T(5))
+    ev = ep.poll(HANG)
     took = t()
     expect(len(ev) == 1 and ev[0][0] == fd and ev[0][1] & select.EPOLLRDHUP and ev[0][1] & select.EPOLLIN,
            f"after the peer's SHUT_WR: {ev} (EPOLLIN|EPOLLRDHUP expected)")
@@ -1172,7 +1197,7 @@ def _(s, ctl):
         expect(False, "second ADD succeeded")
     except OSError as e:
         expect(e.errno == errno.EEXIST, f"second ADD: {e}")
-    ev = ep.poll(T(2))
+    ev = ep.poll(HANG)
     expect(ev == [(fd, select.EPOLLIN)], f"added again with data waiting: {ev}")
     expect(recv_exact(s, 100) == data(171, 100), "data wrong")
     # A dup added, deleted, then closed while the socket lives on: nothing
@@ -1256,9 +1281,9 @@ def _(s, ctl):
     expect(woke <= 5, f"an idle 1 s epoll_wait woke {woke} times")
     ctl.sync("send1")
     t = Timer()
-    ev = ep.poll(T(10))
+    ev = ep.poll(HANG)
     expect(ev == [(fd, select.EPOLLIN)], f"cold record, peer sent: {ev}")
-    expect(t() < T(3), f"cold record: news after {t():.3f}s")
+    expect(t() < HANG, f"cold record: news after {t():.3f}s")
     expect(recv_exact(s, 100) == data(181, 100), "data wrong")
     s.setblocking(False)
     # full as the kernel's buffers are (rdma: a writer stalled 200 ms leaves
@@ -1273,9 +1298,9 @@ def _(s, ctl):
     except BlockingIOError:
         pass
     t = Timer()
-    ev = ep.poll(T(10))
+    ev = ep.poll(HANG)
     expect(ev == [(fd, select.EPOLLIN)], f"cold record, wake-up read by send: {ev}")
-    expect(t() < T(3), f"cold record, wake-up read by send: news after {t():.3f}s")
+    expect(t() < HANG, f"cold record, wake-up read by send: news after {t():.3f}s")
     expect(recv_exact(s, 100) == data(182, 100), "data wrong")
     ep.close()
     ctl.sync("done")
@@ -1295,7 +1320,7 @@ def _(s, ctl):
     ep = select.epoll()
     fd = s.fileno()
     ep.register(fd, select.EPOLLIN | select.EPOLLOUT | select.EPOLLRDHUP | select.EPOLLET)
-    ev = ep.poll(T(1))
+    ev = ep.poll(HANG)
     expect(ev == [(fd, select.EPOLLOUT)], f"ET IN|OUT at registration: {ev}")
     expect(ep.poll(0.3) == [], "ET: event with no news")
     regs = kernel_registrations(ep)
@@ -1304,17 +1329,17 @@ def _(s, ctl):
            "cold record (the TCP fd, the side channel, the kick eventfd)")
     ctl.sync("send1")
     t = Timer()
-    ev = ep.poll(T(10))
+    ev = ep.poll(HANG)
     expect(ev and ev[0][0] == fd and ev[0][1] & select.EPOLLIN, f"cold ET record, peer sent: {ev}")
-    expect(t() < T(3), f"cold ET record: news after {t():.3f}s")
+    expect(t() < HANG, f"cold ET record: news after {t():.3f}s")
     expect(recv_exact(s, 100) == data(191, 100), "data wrong")
     expect(ep.poll(0.3) == [], "ET: event with no news (2)")
     s.sendall(data(192, 100))
     ctl.sync("read")
     t = Timer()
-    ev = ep.poll(T(10))
+    ev = ep.poll(HANG)
     expect(ev == [(fd, select.EPOLLOUT)], f"cold ET record, peer read: {ev}")
-    expect(t() < T(3), f"cold ET record, peer read: news after {t():.3f}s")
+    expect(t() < HANG, f"cold ET record, peer read: news after {t():.3f}s")
     ep.close()
     ctl.sync("done")
     return {}
@@ -1339,13 +1364,13 @@ def _(s, ctl):
     fd = s.fileno()
     s.sendall(data(201, 100))
     ep.register(fd, select.EPOLLOUT)
-    ev = ep.poll(T(1))
+    ev = ep.poll(HANG)
     expect(ev == [(fd, select.EPOLLOUT)], f"EPOLLOUT on the ring: {ev}")
     r, w = os.pipe()
     os.write(w, data(202, 100))
     expect(os.splice(r, fd, 100) == 100, "splice into the socket")
     for i in range(2):
-        ev = ep.poll(T(1))
+        ev = ep.poll(HANG)
         expect(ev == [(fd, select.EPOLLOUT)], f"EPOLLOUT after the splice (wait {i}): {ev}")
     ctl.sync("done")
     ep.close()
@@ -1380,7 +1405,7 @@ def _(s, ctl):
             f"{kernel_registrations(ep)} after the ADD")
     ctl.sync("send1")
     t = Timer()
-    ev = ep.poll(T(3))
+    ev = ep.poll(HANG)
     expect(ev == [(fd, select.EPOLLIN)], f"{info}; re-added after the child's close: {ev!r} "
            f"after {t():.3f}s")
     expect(recv_exact(s, 100) == b"x" * 100, "data wrong")
@@ -1413,14 +1438,14 @@ def _(s, ctl):
     ctl.sync("send1")
     time.sleep(0.5)
     want = [(fd, select.EPOLLIN)]
-    ev = ep.poll(T(2))
+    ev = ep.poll(HANG)
     expect(ev == want, f"ET, data waiting: {ev}")
     ep.modify(fd, select.EPOLLIN | select.EPOLLET)
-    ev = ep.poll(T(1))
+    ev = ep.poll(HANG)
     expect(ev == want, f"ET, after MOD: {ev}")
     ep.unregister(fd)
     ep.register(fd, select.EPOLLIN | select.EPOLLET)
-    ev = ep.poll(T(1))
+    ev = ep.poll(HANG)
     expect(ev == want, f"ET, after DEL and ADD: {ev}")
     expect(recv_exact(s, 100) == b"x" * 100, "data wrong")
     ep.close()
@@ -1439,13 +1464,13 @@ def _(s, ctl):
     e2.register(fd, select.EPOLLIN | select.EPOLLET)
     expect(e1.poll(0.1) == [] and e2.poll(0.1) == [], "events with nothing sent")
     ctl.sync("send")
-    r1 = e1.poll(T(5))
-    r2 = e2.poll(T(5))
+    r1 = e1.poll(HANG)
+    r2 = e2.poll(HANG)
     expect(r1 == [(fd, select.EPOLLIN)], f"first set: {r1}")
     expect(r2 == [(fd, select.EPOLLIN)], f"second set: {r2}")
     expect(recv_exact(s, 100) == data(171, 100), "data wrong")
     e1.modify(fd, select.EPOLLIN | select.EPOLLOUT)
-    r1, r2 = e1.poll(T(1)), e2.poll(0.2)
+    r1, r2 = e1.poll(HANG), e2.poll(0.2)
     expect(r1 == [(fd, select.EPOLLOUT)] and r2 == [],
            f"after reading: first set (now EPOLLIN|EPOLLOUT) {r1}, second set {r2}")
     ctl.sync("done")
@@ -1459,8 +1484,9 @@ def _(s, ctl):
 
 def two_threads_asleep(s, ctl, waits):
     """Two threads asleep on one socket, each in its own wait: data sent
-    0.2 s later must wake both (the kernel wakes every poller). Up to 3
-    rounds; the first round where one sleeps on fails."""
+    0.2 s later must wake both (the kernel wakes every poller). Each wait
+    lasts up to HANG: one that sleeps on returns nothing. Up to 3 rounds;
+    the first round where one sleeps on fails."""
     fd = s.fileno()
     rounds = []
     for rnd in range(3):
@@ -1477,12 +1503,12 @@ def two_threads_asleep(s, ctl, waits):
             t.start()
         ctl.sync(f"send{rnd}")
         for t in ths:
-            t.join(T(5))
+            t.join(2 * HANG)
         rounds.append(out)
         for name, _ in waits:
-            expect(out.get(name) and out[name + "_s"] < T(0.8),
+            expect(out.get(name),
                    f"round {rnd}: two threads asleep on one shm socket ({' and '.join(n for n, _ in waits)}, "
-                   f"timeout 1 s), data sent 0.2 s later: {name} did not wake: {out}")
+                   f"timeout {HANG:.0f} s), data sent 0.2 s later: {name} did not wake: {out}")
         expect(recv_exact(s, 100) == data(170 + rnd, 100), "data wrong")
     ctl.sync("done")
     return {"rounds": rounds}
@@ -1498,7 +1524,7 @@ def _(s, ctl):
     e1, e2 = select.epoll(), select.epoll()
     e1.register(fd, select.EPOLLIN)
     e2.register(fd, select.EPOLLIN)
-    return two_threads_asleep(s, ctl, [("epoll1", lambda: e1.poll(T(1))), ("epoll2", lambda: e2.poll(T(1)))])
+    return two_threads_asleep(s, ctl, [("epoll1", lambda: e1.poll(HANG)), ("epoll2", lambda: e2.poll(HANG))])
 
 
 _.b(two_threads_asleep_b)
@@ -1511,10 +1537,10 @@ def _(s, ctl):
     def in_poll():
         p = select.poll()
         p.register(fd, select.POLLIN)
-        return p.poll(int(T(1000)))
+        return p.poll(int(HANG * 1000))
 
     return two_threads_asleep(s, ctl, [("poll", in_poll),
-                                       ("select", lambda: select.select([fd], [], [], T(1))[0])])
+                                       ("select", lambda: select.select([fd], [], [], HANG)[0])])
 
 
 _.b(two_threads_asleep_b)
@@ -1533,9 +1559,9 @@ def _(s, ctl):
     pl = select.poll()
     pl.register(ifd, select.POLLIN)
     res = {}
-    waits = [("epoll", lambda: outer.poll(T(3)), [(ifd, select.EPOLLIN)]),
-             ("poll", lambda: pl.poll(int(T(3000))), [(ifd, select.POLLIN)]),
-             ("select", lambda: select.select([ifd], [], [], T(3))[0], [ifd])]
+    waits = [("epoll", lambda: outer.poll(HANG), [(ifd, select.EPOLLIN)]),
+             ("poll", lambda: pl.poll(int(HANG * 1000)), [(ifd, select.POLLIN)]),
+             ("select", lambda: select.select([ifd], [], [], HANG)[0], [ifd])]
     for i, (name, wait, want) in enumerate(waits):
         early = outer.poll(0.1)
         if early and TRANSPORT == "rdma" and inner.poll(0) == []:
@@ -1550,10 +1576,10 @@ def _(s, ctl):
         t = Timer()
         ev = wait()
         took = t()
+        res.setdefault("t_back", {})[f"send{i}"] = now()
         expect(ev == want, f"{name} on an epoll fd holding a shm socket: {ev} after {took:.3f}s "
                            f"(data arrived after 0.3 s)")
-        expect(took < T(2.0), f"{name}: woke after {took:.3f}s")
-        iev = inner.poll(T(1))
+        iev = inner.poll(HANG)
         expect(iev == [(fd, select.EPOLLIN)], f"inner set: {iev}")
         expect(recv_exact(s, 100) == data(181 + i, 100), "data wrong")
         res[name] = took
@@ -1585,12 +1611,12 @@ def _(s, ctl):
 
     expect(all_three(0.1) == ([], [], []), "events with nothing written")
     threading.Timer(0.2, lambda: os.write(pw, b"p")).start()
-    ev = ep.poll(T(5))
+    ev = ep.poll(HANG)
     expect(ev == [(pr, select.EPOLLIN)], f"pipe written (by a thread, while asleep): {ev}")
     expect(all_three(1) == ([pr], [pr], [pr]), f"pipe only: {all_three(0)}")
     os.read(pr, 1)
     ctl.sync("send")
-    ev = ep.poll(T(5))
+    ev = ep.poll(HANG)
     expect(ev == [(fd, select.EPOLLIN)], f"socket data: {ev}")
     expect(all_three(1) == ([fd], [fd], [fd]), f"socket only: {all_three(0)}")
     os.write(pw, b"q")
@@ -1602,11 +1628,11 @@ def _(s, ctl):
     # a sleeping wait on the mix wakes for the socket
     ctl.sync("send2")
     t = Timer()
-    r, _, _ = select.select([pr, fd], [], [], T(5))
+    r, _, _ = select.select([pr, fd], [], [], HANG)
     expect(r == [fd], f"select on pipe + socket when the socket got data: {r}")
     expect(recv_exact(s, 64) == data(192, 64), "data wrong")
     ctl.sync("send3")
-    ev = pl.poll(int(T(5000)))
+    ev = pl.poll(int(HANG * 1000))
     expect([f for f, _ in ev] == [fd], f"poll on pipe + socket when the socket got data: {ev}")
     expect(recv_exact(s, 64) == data(193, 64), "data wrong")
     ctl.sync("done")
@@ -1625,15 +1651,21 @@ def _(s, ctl):
     the reply wakes the main thread asleep in epoll / poll / select / recv."""
     fd = s.fileno()
     waits = {
-        "epoll": lambda: (lambda ep: (ep.register(fd, select.EPOLLIN), ep.poll(T(5)))[1])(select.epoll()),
-        "poll": lambda: (lambda p: (p.register(fd, select.POLLIN), p.poll(int(T(5000))))[1])(select.poll()),
-        "select": lambda: select.select([fd], [], [], T(5))[0],
+        "epoll": lambda: (lambda ep: (ep.register(fd, select.EPOLLIN), ep.poll(HANG))[1])(select.epoll()),
+        "poll": lambda: (lambda p: (p.register(fd, select.POLLIN), p.poll(int(HANG * 1000)))[1])(select.poll()),
+        "select": lambda: select.select([fd], [], [], HANG)[0],
         "recv": lambda: None,
     }
     res = {}
     for i, (name, wait) in enumerate(waits.items()):
         msg = f"req-{i:02d}".encode()
-        threading.Timer(0.2, lambda m=msg: s.sendall(m)).start()
+        t_req = []
+
+        def request(m=msg, stamp=t_req):
+            stamp.append(now())
+            s.sendall(m)
+
+        threading.Timer(0.2, request).start()
         t = Timer()
         if name == "recv":
             r = s.recv(6)
@@ -1641,9 +1673,12 @@ def _(s, ctl):
             r += recv_exact(s, 6 - len(r))
         else:
             ev = wait()
-            expect(ev, f"{name}: not woken within 5 s by the echo of another thread's send")
+            expect(ev, f"{name}: not woken within {HANG:.0f} s by the echo of another thread's send")
             r = recv_exact(s, 6)
-        res[name] = t()
+        took, t_back = t(), now()
+        # woken by the echo: not before the request was sent
+        expect(t_req and t_back >= t_req[0], f"{name}: back at {t_back} before the request {t_req}")
+        res[name] = took
         expect(r == msg.upper(), f"{name}: echo {r!r}")
     s.sendall(b"stop!!")
     return res
@@ -1661,10 +1696,18 @@ def _(s, ctl):
 @scenario("signal_interrupt")
 def _(s, ctl):
     """A handler runs while the main thread blocks; Python retries EINTR
-    (PEP 475), so the call must still return the data that comes later."""
+    (PEP 475), so the call must still return the data that comes later.
+    The order is made by events, not delays: the handler itself tells b
+    (a barrier) to send, so the data comes after the handler ran."""
     fd = s.fileno()
     hits = []
-    signal.signal(signal.SIGUSR1, lambda *a: hits.append(time.monotonic()))
+    step = {}
+
+    def handler(*_):
+        hits.append(now())
+        ctl.sync(step["name"])        # b sends (or reads) once we are here
+
+    signal.signal(signal.SIGUSR1, handler)
     main = threading.get_ident()
     res = {}
     ep = select.epoll()
@@ -1672,27 +1715,28 @@ def _(s, ctl):
     pl = select.poll()
     pl.register(fd, select.POLLIN)
     waits = [
-        ("epoll", lambda: ep.poll(T(5))),
-        ("poll", lambda: pl.poll(int(T(5000)))),
-        ("select", lambda: select.select([fd], [], [], T(5))[0]),
+        ("epoll", lambda: ep.poll(HANG)),
+        ("poll", lambda: pl.poll(int(HANG * 1000))),
+        ("select", lambda: select.select([fd], [], [], HANG)[0]),
         ("recv", lambda: s.recv(1, socket.MSG_PEEK)),
     ]
     for i, (name, wait) in enumerate(waits):
         del hits[:]
-        ctl.sync(f"send{i}")          # b sends 0.6 s later
+        step["name"] = f"send{i}"
+        ctl.sync(f"armed{i}")
         threading.Timer(0.2, lambda: signal.pthread_kill(main, signal.SIGUSR1)).start()
         t = Timer()
         ev = wait()
         took = t()
         expect(len(hits) == 1, f"{name}: the SIGUSR1 handler ran {len(hits)} times")
         expect(ev, f"{name}: returned {ev!r} after {took:.3f}s (the handler ran) instead of the data")
-        expect(took >= 0.4, f"{name}: returned after {took:.3f}s, before the data was sent (0.6 s)")
         expect(recv_exact(s, 8) == f"signal-{i}".encode(), "data wrong")
         res[name] = took
-    # a sendall blocked on a full ring (b reads only 0.6 s later; 16 MB more
-    # than the kernel's socket buffers or the rings can hold): the handler
-    # runs, sendall goes on, every byte arrives once
+    # a sendall blocked on a full ring (b reads only once the handler ran;
+    # 16 MB more than the kernel's socket buffers or the rings can hold):
+    # the handler runs, sendall goes on, every byte arrives once
     del hits[:]
+    step["name"] = "read"
     D = data(231, buffered_most() + (16 << 20))
     ctl.sync("sendall")
     threading.Timer(0.2, lambda: signal.pthread_kill(main, signal.SIGUSR1)).start()
@@ -1700,7 +1744,6 @@ def _(s, ctl):
     s.sendall(D)
     took = t()
     expect(len(hits) == 1, f"sendall: the SIGUSR1 handler ran {len(hits)} times")
-    expect(took >= 0.4, f"sendall of 16 MB returned after {took:.3f}s, before the peer read (0.6 s)")
     res["sendall"] = took
     signal.signal(signal.SIGUSR1, signal.SIG_DFL)
     ctl.sync("done")
@@ -1709,17 +1752,19 @@ def _(s, ctl):
 
 @_.b
 def _(s, ctl):
+    t_sent = {}
     for i in range(4):
-        ctl.sync(f"send{i}")
-        time.sleep(0.6)
+        ctl.sync(f"armed{i}")
+        ctl.sync(f"send{i}")          # a's handler ran
+        t_sent[f"send{i}"] = now()
         s.sendall(f"signal-{i}".encode())
     ctl.sync("sendall")
-    time.sleep(0.6)
+    ctl.sync("read")
     D = data(231, buffered_most() + (16 << 20))
     got = recv_exact(s, len(D))
     expect(sha(got) == sha(D), "what a sendall a signal interrupted sent: checksum mismatch")
     ctl.sync("done")
-    return {}
+    return {"t_sent": t_sent}
 
 
 @scenario("no_busy_wait")
@@ -1830,7 +1875,7 @@ def _(s, ctl):
     fork_s = time.monotonic() - t0
     os.waitpid(pid, 0)
     ctl.sync("forked")
-    t.join(T(10))
+    t.join(HANG)
     expect(not t.is_alive(), "the reader never got the 100 bytes")
     expect(got.get("data") == data(211, 100), f"the reader got {got}")
     return {"fork_s": fork_s}
@@ -2015,7 +2060,7 @@ def main():
             s, _ = ls.accept()
             ls.close()
         else:
-            s = socket.create_connection((host, int(sys.argv[4])), timeout=T(10))
+            s = socket.create_connection((host, int(sys.argv[4])), timeout=HANG)
             s.settimeout(None)
         prologue(s, role, ctl)
         fn = SCENARIOS[name][0 if role == "a" else 1]
