@@ -36,9 +36,13 @@ def run_iperf3(runner, servers, case):
         assert s["packets"] > 0 and s["bytes"] > 0, json.dumps(s)
         assert s["lost_packets"] < s["packets"] / 2, f"[{runner}] most datagrams lost: {json.dumps(s)}"
         received = s["bytes"] * (s["packets"] - s["lost_packets"]) // max(s["packets"], 1)
-        # an estimate: iperf3 counts lost datagrams by sequence number, and the
-        # last ones may still be in flight when it totals up
-        slack = 2 * s["bytes"] // max(s["packets"], 1)
+        # an estimate: iperf3 counts lost datagrams by sequence number, so the
+        # last ones, still in flight or in the server's socket buffer when the
+        # end of the test reaches it over the control connection, are neither
+        # lost nor read (seen: 181 datagrams, 2% of a 2 s run, with the control
+        # connection on shm and the machine loaded). A defect in the counting
+        # loses far more.
+        slack = max(2 * s["bytes"] // max(s["packets"], 1), s["bytes"] // 10)
     else:
         sent, recv = end["sum_sent"]["bytes"], end["sum_received"]["bytes"]
         summary = {"sent_bytes": sent, "received_bytes": recv}
