@@ -179,6 +179,7 @@ struct vs_rdma_conn {
     bool carrier;
     bool held_born;
     _Atomic bool copy_unused;
+    bool exec_kept; /* an exec under way keeps a descriptor of it */
 
     struct vs_rdma_conn *next, *prev; /* this process's list (conn.c) */
 };

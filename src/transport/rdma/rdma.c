@@ -548,7 +548,7 @@ static bool copy_on_fork(void)
 {
     static int known = -1;
     if (known < 0)
-        known = ibv_is_fork_initialized() == IBV_FORK_UNNEEDED;
+        known = !vs_config.rdma_fork_leave && ibv_is_fork_initialized() == IBV_FORK_UNNEEDED;
     return known;
 }
 
@@ -683,8 +683,8 @@ static void fork_failed(void)
     vs_rdma_conn_each(forget_birth, NULL);
 }
 
-/* A child's copy the exec'd program keeps (not close-on-exec) may be used
- * there: the carrier leaves first. */
+/* Which connections the exec'd program keeps (not close-on-exec): it may
+ * use them, so a child's copy among them makes its carrier leave first. */
 static void exec_keeps(int fd, struct vs_sock *s, void *arg)
 {
     (void)arg;
@@ -692,23 +692,31 @@ static void exec_keeps(int fd, struct vs_sock *s, void *arg)
         return;
     struct vs_rdma_conn *c = s->conn;
     int fl = vs_real.fcntl(fd, F_GETFD);
-    if (atomic_load(&c->copy_unused) && fl >= 0 && !(fl & FD_CLOEXEC))
-        vs_rdma_copy_use(c, fd);
+    if (fl < 0 || (fl & FD_CLOEXEC))
+        return;
+    c->exec_kept = true;
+    vs_rdma_copy_use(c, fd);
 }
 
-/* ... and the others close with the exec: no longer a holder. */
-static void exec_drops(struct vs_rdma_conn *c, void *arg)
+/* The state does not survive exec: a connection on RDMA leaves. One the
+ * exec closes that other processes hold (a child's unused copy, a young
+ * one held since a fork) is left alone: it changes nothing for them (a
+ * young one tainted here could never upgrade in the parent). It stays
+ * held: an exec may fail (a PATH search tries one after another) and the
+ * program go on with it. */
+static void exec_one(struct vs_rdma_conn *c, void *arg)
 {
-    (void)arg;
-    if (!c->carrier && atomic_load(&c->copy_unused))
-        vs_rdma_forked_let_go(c);
+    bool young = atomic_load(&c->hs) == VS_RDMA_YOUNG;
+    if (!c->exec_kept && ((!c->carrier && atomic_load(&c->copy_unused)) ||
+                          (young && atomic_load(&c->share) >= 0)))
+        return;
+    leave_conn(c, arg);
 }
 
 static void before_exec(void)
 {
     vs_fd_for_each(exec_keeps, NULL);
-    leave_all(VS_REASON_LEFT_BY_EXEC);
-    vs_rdma_conn_each(exec_drops, NULL);
+    vs_rdma_conn_each(exec_one, (void *)VS_REASON_LEFT_BY_EXEC);
 }
 
 const struct vs_transport_ops vs_rdma_ops = {
