@@ -666,6 +666,10 @@ static void fork_parent(void)
 
 static void fork_child(void)
 {
+    /* The parent's helper thread is not ours: a connection this process
+     * carries one day gets a helper of its own at its first fork. */
+    helper_once = (pthread_once_t)PTHREAD_ONCE_INIT;
+    helper_ok = false;
     vs_rdma_conn_fork_child();
     vs_rdma_cq_fork_child();
     vs_rdma_dev_fork_child();
@@ -707,8 +711,8 @@ static void exec_keeps(int fd, struct vs_sock *s, void *arg)
 static void exec_one(struct vs_rdma_conn *c, void *arg)
 {
     bool young = atomic_load(&c->hs) == VS_RDMA_YOUNG;
-    if (!c->exec_kept && ((!c->carrier && atomic_load(&c->copy_unused)) ||
-                          (young && atomic_load(&c->share) >= 0)))
+    if (!c->exec_kept &&
+        ((!c->carrier && atomic_load(&c->copy_unused)) || (young && atomic_load(&c->share) >= 0)))
         return;
     leave_conn(c, arg);
 }
