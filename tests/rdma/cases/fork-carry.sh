@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# rdma-case-timeout: 600
+# rdma-case-timeout: 900
 # A fork whose child does not use a connection changes nothing for the
 # parent: its connections stay on rdma (registered memory is kept out of the
 # child, src/transport/rdma/forked.c). Only a child that uses its copy makes
@@ -246,12 +246,18 @@ run() {  # run MODE ARGS...: the client, held open until its rows are seen
   client=$!
   pids+=("$client")
   exec 7>"$tmp/hold-$mode"
-  while kill -0 "$client" 2>/dev/null; do
+  # Only a hang crosses this (a mode takes 0.5-2.5 min in the guest).
+  local until=$((SECONDS + 420))
+  while kill -0 "$client" 2>/dev/null && [ $SECONDS -lt $until ]; do
     grep -qE 'every byte right' "$tmp/client-$mode.log" && break
     sleep 0.5
   done
   cat "$tmp/client-$mode.log"
-  grep -qE 'every byte right' "$tmp/client-$mode.log" || { echo "FAIL $mode: the client failed"; exit 1; }
+  if ! grep -qE 'every byte right' "$tmp/client-$mode.log"; then
+    kill -0 "$client" 2>/dev/null && { echo "FAIL $mode: hung (420 s)"; "$TOOL" stat --all; }
+    echo "FAIL $mode: the client failed"
+    exit 1
+  fi
   srows=$(server_rows)
   exec 7>&-
   wait "$client" || true
