@@ -177,16 +177,24 @@ void vs_rdma_conn_fork_child(void)
         atomic_store(&c->share, -1); /* the parent's to drop */
         bool carried = vs_rdma_forked_carry_child(c);
         atomic_store(&c->hs, VS_RDMA_FAILED);
-        /* What the parent had to settle is its own to settle. */
+        /* What the parent had to settle is its own to settle, and the
+         * copy's positions are stale: to the child the socket is the
+         * kernel's alone (readiness watches TCP for everything). */
         atomic_store(&c->rx_unsettled, false);
         c->rx_skip = 0;
+        atomic_store(&c->st.rx_back_on_tcp, true);
+        atomic_store(&c->st.tx_back_on_tcp, true);
         forget_parents(c);
         /* The socket is the parent's to keep open, not ours. */
         if (c->hold_fd >= 0)
             vs_ownfd_close(c->hold_fd, c);
         c->hold_fd = -1;
-        if (carried && c->stat)
-            vs_stats_set_transport(c->stat, VS_TRANSPORT_KERNEL, VS_REASON_RDMA_IN_PARENT);
+        if (carried) {
+            /* What the child's rows say (rdma.c: sync) until its first use. */
+            c->fail_reason = VS_REASON_RDMA_IN_PARENT;
+            if (c->stat)
+                vs_stats_set_transport(c->stat, VS_TRANSPORT_KERNEL, VS_REASON_RDMA_IN_PARENT);
+        }
     }
 }
 

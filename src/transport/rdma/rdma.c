@@ -374,6 +374,10 @@ static bool rx_by_kernel(struct vs_sock *s)
 static bool cold_attach(struct vs_sock *s, void *rec)
 {
     struct vs_rdma_conn *c = s->conn;
+    /* A child's unused copy: the kernel would never say its bytes (they
+     * are in the parent's ring); each wait must look (poll_now: its use). */
+    if (atomic_load(&c->copy_unused))
+        return false;
     if (!vs_rdma_active(c))
         return true;
     void *none = NULL;
@@ -488,6 +492,7 @@ void vs_rdma_copy_use(struct vs_rdma_conn *c, int fd)
         if (fd >= 0)
             vs_real.shutdown(fd, SHUT_RDWR);
     }
+    c->fail_reason = VS_REASON_LEFT_BY_FORK; /* the child's copy: its own */
     vs_rdma_bump(c);
     if (c->stat)
         vs_stats_set_transport(c->stat, VS_TRANSPORT_KERNEL, VS_REASON_LEFT_BY_FORK);
@@ -621,8 +626,10 @@ static bool carry(struct vs_rdma_conn *c)
     if (c->closing || !copy_on_fork())
         return false;
     if (c->carrier) {
+        /* One that left RDMA may still owe the peer a resend or have TCP
+         * bytes to drop: the child's use waits for those too. */
         int hs = atomic_load(&c->hs);
-        if (hs == VS_RDMA_YOUNG || hs == VS_RDMA_FAILED)
+        if (hs == VS_RDMA_YOUNG || (hs == VS_RDMA_FAILED && !c->qp))
             return false;
         pthread_once(&helper_once, start_helper);
         if (!helper_ok)

@@ -14,14 +14,15 @@
 #     ends (`vsocket stat`) and no row says left-by-fork;
 #  2. turns: one connection on rdma; the client forks, and parent and child
 #     take turns writing and reading it (a pipe passes the turn: the parent
-#     waits in os.read while its child's first send makes it leave); every
+#     waits in os.read while its child's first use, a select, makes it
+#     leave); every
 #     echo byte-exact; both ends end on TCP (left-by-fork, peer-left);
 #  3. exit: one connection on rdma; the child only writes in an exit
 #     handler; the parent reads that echo, then echoes on: byte-exact, TCP;
 #  4. item5: the old behaviour of a fork (VSOCKET_RDMA_FORK_LEAVE=1: every
-#     connection leaves first, as on kernels without copy-on-fork): 30
-#     connections echo 256 KiB, a subprocess runs, they echo 64 KiB, three
-#     times: it hung when a set-up had ended without a hold (no CUT said).
+#     connection leaves first, as on kernels without copy-on-fork): 20
+#     connections echo 256 KiB, a subprocess runs, they echo 64 KiB, twice:
+#     it hung when a set-up had ended without a hold (no CUT said).
 # shellcheck source=SCRIPTDIR/../lib.sh
 source "$(dirname "$0")/../lib.sh"
 case_setup fork-carry
@@ -123,7 +124,7 @@ if mode == "spawn":
     conns = [Conn(i) for i in range(n)]
     k = 0
     spawn(k)  # every set-up under way (or not yet begun)
-    for rnd in range(200):
+    for rnd in range(60):
         for c in conns:
             c.echo(4096)
             if rnd == 0 and c is conns[n // 2]:
@@ -137,9 +138,9 @@ if mode == "spawn":
         print(f"round {rnd}: {on} of {len(r)} on rdma, {k} spawns", flush=True)
         if on == n and rnd >= 4:
             break
-    for rnd in range(3):  # and on, once all are there
+    for rnd in range(2):  # and on, once all are there
         for c in conns:
-            c.echo(65536)
+            c.echo(16384)
         for _ in range(4):
             k += 1
             spawn(k)
@@ -160,7 +161,7 @@ if mode == "item5":
     # leaves first): it hung once a set-up had ended without a hold.
     n = int(sys.argv[5])
     conns = [Conn(i) for i in range(n)]
-    for rnd in range(3):
+    for rnd in range(2):
         for c in conns:
             c.echo(262144, exactly=True)
         subprocess.run([tool, "stat", "--json"], capture_output=True, check=True)
@@ -194,6 +195,10 @@ if mode == "turns":
     for turn in range(6):
         if not os.read(wait_fd, 1):
             raise SystemExit(f"FAIL turns: {me}: the other side went")
+        if pid == 0 and turn == 0:  # the child's first use: readiness
+            import select
+            if not select.select([], [c.s], [], 60)[1]:
+                raise SystemExit("FAIL turns: child: not writable")
         c.echo(65536)
         if os.environ.get("FORK_CARRY_TRACE"):
             print(f"{me} {os.getpid()}: turn {turn} echoed", file=sys.stderr, flush=True)
@@ -239,7 +244,7 @@ server_rows() {
 }
 
 run() {  # run MODE ARGS...: the client, held open until its rows are seen
-  local mode=$1; shift
+  local mode=$1 start=$SECONDS; shift
   mkfifo "$tmp/hold-$mode"
   VSOCKET_UPGRADE_AFTER_US=0 VSOCKET_LOG_LEVEL=${CLIENT_LOG:-warn} vs_run python3 "$tmp/client.py" "$IP" $port "$mode" "$TOOL" "$@" \
     <"$tmp/hold-$mode" >"$tmp/client-$mode.log" 2>&1 &
@@ -262,6 +267,7 @@ run() {  # run MODE ARGS...: the client, held open until its rows are seen
   exec 7>&-
   wait "$client" || true
   echo "server: $(sort <<<"$srows" | uniq -c | tr '\n' ';')"
+  echo "$mode: $((SECONDS - start)) s"
 }
 
 modes=${FORK_CARRY_MODES:-spawn turns exit item5}
@@ -281,6 +287,6 @@ run exit
 [ "$(grep -c '^kernel ' <<<"$srows")" = 1 ] || { echo "FAIL exit: the server's end is not on TCP"; exit 1; }
 fi
 if [[ " $modes " == *" item5 "* ]]; then
-VSOCKET_RDMA_FORK_LEAVE=1 run item5 30
+VSOCKET_RDMA_FORK_LEAVE=1 run item5 20
 fi
 echo "fork with connections on rdma: OK"
