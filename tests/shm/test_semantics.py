@@ -660,8 +660,8 @@ def test_select_and_poll(family, api):
 
 
 RDMA_EPOLL_BUGS = {
-    "del_fork": "after a fork (the connection leaves rdma: left-by-fork) and DEL, the parent's ADD "
-                "never reports EPOLLIN for 100 bytes the peer splices (kernel path)",
+    "del_fork": "after a fork whose child closes its copy, and DEL, the parent's ADD never "
+                "reports EPOLLIN for 100 bytes the peer splices (kernel path)",
 }
 # Scenarios that check how the shm transport does it, not what the kernel
 # does (VSOCKET_SHM_BASELINE=1 fails them too): not run on other transports.
