@@ -644,6 +644,10 @@ static void fork_one(struct vs_rdma_conn *c, void *arg)
 {
     if (share_young(c) || carry(c))
         return;
+    /* Closed by the program, its last writes in flight: the child has no
+     * descriptor of it (its copy of the hold is closed), nothing to do. */
+    if (c->closing && copy_on_fork())
+        return;
     /* A child's copy it cannot pass on: the carrier leaves first. */
     vs_rdma_copy_use(c, -1);
     leave_conn(c, arg);
