@@ -34,6 +34,7 @@ const char *const vs_config_variables[] = {
     "VSOCKET_RDMA_INLINE",
     "VSOCKET_RDMA_PEER_CACHE_S",
     "VSOCKET_RDMA_ZCOPY",
+    "VSOCKET_RDMA_FORK_LEAVE",
     NULL,
 };
 
@@ -339,6 +340,7 @@ static void load_rdma(struct vs_config *c)
     load_uint("VSOCKET_RDMA_INLINE", 0, VS_RDMA_INLINE_MAX, &c->rdma_inline);
     load_uint("VSOCKET_RDMA_PEER_CACHE_S", 0, VS_RDMA_PEER_CACHE_S_MAX, &c->rdma_peer_cache_s);
     load_uint("VSOCKET_RDMA_ZCOPY", 0, VS_RDMA_ZCOPY_MAX, &c->rdma_zcopy);
+    load_bool("VSOCKET_RDMA_FORK_LEAVE", &c->rdma_fork_leave);
 }
 
 /* Before the log file, which is one of our descriptors; a bad value is

@@ -88,6 +88,7 @@ struct vs_config {
     unsigned long rdma_inline;       /* VSOCKET_RDMA_INLINE, bytes */
     unsigned long rdma_peer_cache_s; /* VSOCKET_RDMA_PEER_CACHE_S */
     unsigned long rdma_zcopy;        /* VSOCKET_RDMA_ZCOPY, bytes; 0: never */
+    bool rdma_fork_leave;            /* VSOCKET_RDMA_FORK_LEAVE: leave RDMA before fork */
 };
 
 extern struct vs_config vs_config;

@@ -41,6 +41,10 @@
 /* The connection left RDMA because the process forked (registered memory
  * and queue pairs do not follow into the child). */
 #define VS_REASON_LEFT_BY_FORK "left-by-fork"
+/* A forked child's copy of a connection its parent carries on RDMA: the
+ * child has not used it (its first use makes the connection leave RDMA,
+ * then left-by-fork). */
+#define VS_REASON_RDMA_IN_PARENT "rdma-in-parent"
 /* The peer did not read for a while and a blocking send would have waited
  * where the kernel buffers: the rest of the connection went on TCP. */
 #define VS_REASON_SPILLED "left-for-buffering"

@@ -259,8 +259,122 @@ static void dead_slots_reused(void)
     free(c);
 }
 
+/* ------------------------------------------------ carried on RDMA (carry) */
+
+static struct vs_rdma_conn *carried(void)
+{
+    struct vs_rdma_conn *c = young();
+    atomic_store(&c->held, -1);
+    c->carrier = true;
+    return c;
+}
+
+/* Plays the carrier's helper thread: waits (at most 5 s: a wait ends at an
+ * ask, or after 1 s) for a child's ask, then says the connection left. */
+static bool serve_one(struct vs_rdma_conn *c)
+{
+    for (int i = 0; i < 5; i++) {
+        if (vs_rdma_forked_asked(c)) {
+            vs_rdma_forked_left(c);
+            return true;
+        }
+        vs_rdma_forked_wait_asks(vs_rdma_forked_asks());
+    }
+    return false;
+}
+
+/* A child that never uses its copy: nothing is asked; it holds the slot
+ * while alive, and the carrier is alone again once it is reaped. */
+static void carry_unused(void)
+{
+    struct vs_rdma_conn *c = carried();
+    CHECK(vs_rdma_forked_carry(c));
+    struct duplex d;
+    duplex_open(&d);
+    pid_t pid = fork();
+    if (pid == 0) {
+        bool ok = vs_rdma_forked_carry_child(c) && atomic_load(&c->copy_unused) && !c->carrier;
+        sync_write(d.up[1]);
+        sync_read(d.down[0]);
+        _exit(ok ? 0 : 1);
+    }
+    vs_rdma_forked_carry_born(c);
+    sync_read(d.up[0]);
+    CHECK(vs_rdma_forked_others(c));
+    CHECK(!vs_rdma_forked_asked(c));
+    sync_write(d.down[1]);
+    CHECK_EQ(child_status(pid), 0);
+    CHECK(!vs_rdma_forked_others(c));
+    CHECK(!vs_rdma_forked_asked(c));
+    duplex_close(&d);
+    vs_rdma_forked_let_go(c);
+    free(c);
+}
+
+/* The child's first use asks and waits; the carrier (its helper) leaves;
+ * the ask returns 0 once it did. */
+static void carry_used(void)
+{
+    struct vs_rdma_conn *c = carried();
+    CHECK(vs_rdma_forked_carry(c));
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(vs_rdma_forked_carry_child(c) && vs_rdma_forked_ask(c) == 0 ? 0 : 1);
+    vs_rdma_forked_carry_born(c);
+    CHECK(serve_one(c));
+    CHECK_EQ(child_status(pid), 0);
+    vs_rdma_forked_let_go(c);
+    free(c);
+}
+
+/* A carrier that dies on RDMA without leaving: its child's ask says the
+ * stream is lost (-1), it does not wait for ever. */
+static void carrier_died(void)
+{
+    int res[2];
+    if (pipe(res) != 0)
+        abort();
+    pid_t carrier = fork();
+    if (carrier == 0) {
+        struct vs_rdma_conn *c = carried();
+        if (!vs_rdma_forked_carry(c))
+            _exit(1);
+        pid_t pid = fork();
+        if (pid == 0) {
+            char r = vs_rdma_forked_carry_child(c) && vs_rdma_forked_ask(c) == -1 ? 'L' : 'x';
+            if (write(res[1], &r, 1) != 1)
+                _exit(2);
+            _exit(0);
+        }
+        _exit(0); /* gone without a word, its child's ask unanswered */
+    }
+    CHECK_EQ(child_status(carrier), 0);
+    char r = 0;
+    close(res[1]);
+    CHECK_EQ(read(res[0], &r, 1), 1);
+    CHECK_EQ(r, 'L');
+    close(res[0]);
+}
+
+/* After the carrier left, a new fork gives the child no copy to ask for:
+ * the connection is on TCP for every holder. */
+static void carry_after_leave(void)
+{
+    struct vs_rdma_conn *c = carried();
+    CHECK(vs_rdma_forked_carry(c));
+    vs_rdma_forked_carry_failed(c); /* as if that fork had failed */
+    vs_rdma_forked_left(c);
+    CHECK(!vs_rdma_forked_carry(c));
+    vs_rdma_forked_let_go(c);
+    free(c);
+}
+
 int main(void)
 {
+    carry_unused();
+    carry_used();
+    carrier_died();
+    carry_after_leave();
     parent_lets_go();
     both_moved_bytes();
     failed_copy_taints();

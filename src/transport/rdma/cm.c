@@ -481,6 +481,51 @@ void vs_rdma_on_msg(struct vs_rdma_conn *c, const struct vs_rdma_msg *m)
     vs_rdma_bump(c);
 }
 
+/* ------------------------------------------------------- process events */
+
+/* How long a set-up that leaves waits for its CUT to be placed. */
+#define SETUP_LEAVE_NS 5000000000L
+
+bool vs_rdma_setup_leave(struct vs_rdma_conn *c, const char *reason)
+{
+    pthread_mutex_lock(&c->ctl_lock);
+    int hs = atomic_load(&c->hs);
+    if (hs == VS_RDMA_ACCEPT || hs == VS_RDMA_WAIT_RING) {
+        /* Its last message may be in: then it ends on RDMA, and leaves
+         * with a CUT like any connection there. */
+        vs_rdma_poll(c);
+        if (atomic_load_explicit(&c->setup_msg_in, memory_order_acquire)) {
+            struct vs_rdma_msg m = c->setup_msg;
+            if (hs == VS_RDMA_ACCEPT)
+                connector_proof(c, &m);
+            else
+                accepter_ring(c, &m);
+        }
+        hs = atomic_load(&c->hs);
+    }
+    if (hs == VS_RDMA_WAIT_RING && !atomic_load(&c->broken)) {
+        /* The connector may be on RDMA already and writing into our ring:
+         * CUT says we read none of it and wrote none (it resends all of it
+         * on TCP). The queue pair stays until close: a disconnection must
+         * not overtake the CUT. (Found: a fork failed such a set-up without
+         * a word, and the connector's program waited for ever.) */
+        struct vs_rdma_msg m = {.type = VS_RDMA_MSG_CUT};
+        if (vs_rdma_post_msg(c, &m) == 0)
+            vs_rdma_wait_placed(c, SETUP_LEAVE_NS);
+        atomic_store(&c->st.rx_back_on_tcp, true);
+        vs_rdma_proof_wipe(&c->proof);
+        vs_rdma_conn_fail(c, reason);
+    } else if (hs == VS_RDMA_YOUNG) {
+        vs_rdma_conn_fail(c, reason); /* the peer has nothing of ours to wait for */
+    } else if (hs != VS_RDMA_DONE && hs != VS_RDMA_FAILED) {
+        /* Nobody switched yet: the disconnection (or the rendezvous gone)
+         * ends the peer's set-up at once, not at its time limit. */
+        fail(c, reason);
+    }
+    pthread_mutex_unlock(&c->ctl_lock);
+    return hs == VS_RDMA_DONE;
+}
+
 /* --------------------------------------------------------------- progress */
 
 /* Nobody answered in time: a peer without vsocket (remembered), or one

@@ -7,6 +7,7 @@
 #include "core/clock.h"
 #include "core/ownfd.h"
 #include "core/reason.h"
+#include "config/stats.h"
 #include "interpose/real.h"
 #include "transport/rdma/conn.h"
 #include "transport/rdma/dev.h"
@@ -50,6 +51,8 @@ struct vs_rdma_conn *vs_rdma_conn_new(struct vs_sock *s, bool accepter, int fd,
     c->accepter = accepter;
     c->hold_fd = -1;
     atomic_store(&c->share, -1);
+    atomic_store(&c->held, -1);
+    c->carrier = true;
     vs_upgrade_init(&c->up);
     socklen_t llen = sizeof(c->local), plen = sizeof(c->peer);
     if (peer && len <= sizeof(c->peer))
@@ -93,6 +96,7 @@ void vs_rdma_conn_free(struct vs_rdma_conn *c)
 {
     list_del(c);
     vs_rdma_forked_drop(c);
+    vs_rdma_forked_let_go(c);
     vs_rdma_conn_teardown(c);
     if (c->hold_fd >= 0)
         vs_ownfd_close(c->hold_fd, c);
@@ -125,9 +129,15 @@ void vs_rdma_conn_each(void (*fn)(struct vs_rdma_conn *c, void *arg), void *arg)
 
 /* A forked child's copy: its rdma_cm id, queue pair, memory registrations
  * and CQ are the parent's (the device files are shared): forgotten, never
- * destroyed nor polled here. Its memory is the child's copy. */
+ * destroyed nor polled here. Its registered areas are not in the child at
+ * all (MADV_DONTFORK): their addresses are free for the child's own
+ * mappings, never to be unmapped from here. */
 static void forget_parents(struct vs_rdma_conn *c)
 {
+    memset(&c->rx, 0, sizeof(c->rx));
+    memset(&c->tx, 0, sizeof(c->tx));
+    memset(&c->msgs, 0, sizeof(c->msgs));
+    memset(&c->credit, 0, sizeof(c->credit));
     c->id = c->listen_id = NULL;
     c->qp = NULL;
     c->pd = NULL;
@@ -135,39 +145,56 @@ static void forget_parents(struct vs_rdma_conn *c)
     c->gcq = NULL;
     c->cq = NULL;
     c->inbox = NULL; /* in the group's lock's keeping: left */
-    c->rx.mr = c->tx.mr = c->msgs.mr = c->credit.mr = NULL;
 }
 
 /* fork: the child's copies of the connections are not its own (their
  * memory and queue pairs are the parent's): forget them without touching
  * them. Their sockets in the child go through vs_rdma_ops still and find
  * every connection FAILED (rdma.c), but those still young, which the child
- * holds with its parent (forked.c). */
+ * holds with its parent (forked.c). A copy of one its parent carries on
+ * RDMA is unused until the child's first call on it (rdma.c: copy_use). */
 void vs_rdma_conn_fork_child(void)
 {
     pthread_mutex_init(&list_lock, NULL);
     for (struct vs_rdma_conn *c = list; c; c = c->next) {
+        /* Its locks may have been held by a thread of the parent, which
+         * the child does not have. */
+        pthread_mutex_init(&c->ctl_lock, NULL);
+        pthread_mutex_init(&c->tx_lock, NULL);
+        pthread_mutex_init(&c->rx_lock, NULL);
+        pthread_mutex_init(&c->qp_lock, NULL);
         if (atomic_load(&c->hs) == VS_RDMA_YOUNG && atomic_load(&c->share) >= 0) {
-            /* Ours too: its locks may have been held by a thread of the
-             * parent, which the child does not have. */
-            pthread_mutex_init(&c->ctl_lock, NULL);
-            pthread_mutex_init(&c->tx_lock, NULL);
-            pthread_mutex_init(&c->rx_lock, NULL);
-            pthread_mutex_init(&c->qp_lock, NULL);
-            if (vs_rdma_forked_child(c))
+            if (vs_rdma_forked_child(c)) {
+                vs_rdma_forked_carry_child(c);
+                c->carrier = true; /* its own to set up, once alone */
                 continue;
+            }
             /* Not written in as a holder: must never upgrade, nor let
              * another holder upgrade while it moves bytes. */
             vs_rdma_forked_taint(c);
             c->fail_reason = VS_REASON_LEFT_BY_FORK;
         }
         atomic_store(&c->share, -1); /* the parent's to drop */
+        bool carried = vs_rdma_forked_carry_child(c);
         atomic_store(&c->hs, VS_RDMA_FAILED);
+        /* What the parent had to settle is its own to settle, and the
+         * copy's positions are stale: to the child the socket is the
+         * kernel's alone (readiness watches TCP for everything). */
+        atomic_store(&c->rx_unsettled, false);
+        c->rx_skip = 0;
+        atomic_store(&c->st.rx_back_on_tcp, true);
+        atomic_store(&c->st.tx_back_on_tcp, true);
         forget_parents(c);
         /* The socket is the parent's to keep open, not ours. */
         if (c->hold_fd >= 0)
             vs_ownfd_close(c->hold_fd, c);
         c->hold_fd = -1;
+        if (carried) {
+            /* What the child's rows say (rdma.c: sync) until its first use. */
+            c->fail_reason = VS_REASON_RDMA_IN_PARENT;
+            if (c->stat)
+                vs_stats_set_transport(c->stat, VS_TRANSPORT_KERNEL, VS_REASON_RDMA_IN_PARENT);
+        }
     }
 }
 

@@ -2,8 +2,10 @@
  * transport/rdma).
  *
  * Unlike shm's, this state is private to the process: registered memory and
- * queue pairs do not survive fork in the child, so a connection on RDMA
- * leaves for TCP before fork (rdma.c) and the child never uses this state.
+ * queue pairs stay the parent's at a fork (the child's copy is forgotten:
+ * forked.c says what a child's use of the connection does). Each field's
+ * fate at a fork is listed in docs/design/rdma-transport.md ("fork and
+ * exec").
  * Fields marked (ctl) change under ctl_lock, (tx) under tx_lock, (rx) under
  * rx_lock; the lock order is tx, rx, ctl, then the process's cm lock. */
 #ifndef VSOCKET_RDMA_CONN_H
@@ -170,6 +172,14 @@ struct vs_rdma_conn {
     long share_next_ns; /* the next look for the other holders (ctl) */
     bool share_said;    /* the wait was logged and shown (ctl) */
     bool share_born;    /* a fork under way wrote its child in (fork handlers) */
+    /* On RDMA or in its set-up at a fork: its slot of holders (forked.c),
+     * or -1. The process that carries it is the carrier; a child's copy
+     * is unused until its first call, which makes the connection leave. */
+    _Atomic int held;
+    bool carrier;
+    bool held_born;
+    _Atomic bool copy_unused;
+    bool exec_kept; /* an exec under way keeps a descriptor of it */
 
     struct vs_rdma_conn *next, *prev; /* this process's list (conn.c) */
 };
@@ -298,7 +308,36 @@ int vs_rdma_forked_alone(struct vs_rdma_conn *c);
 /* This process lets go of C. */
 void vs_rdma_forked_drop(struct vs_rdma_conn *c);
 
+/* A connection on RDMA or in its set-up, carried by one process and
+ * held by its children since a fork (forked.c). */
+/* fork_prepare: the child will hold a copy (the carrier's, or ours if we
+ * hold one unused). False: no room to say so (the connection leaves). */
+bool vs_rdma_forked_carry(struct vs_rdma_conn *c);
+void vs_rdma_forked_carry_born(struct vs_rdma_conn *c);   /* in the parent */
+bool vs_rdma_forked_carry_child(struct vs_rdma_conn *c);  /* in the child: false, not a holder */
+void vs_rdma_forked_carry_failed(struct vs_rdma_conn *c); /* the fork failed */
+/* A child's first use: asks the carrier to leave RDMA and waits until it
+ * did. 0 the connection is on TCP, settled; -1 the carrier died on RDMA. */
+int vs_rdma_forked_ask(struct vs_rdma_conn *c);
+/* The carrier: whether a holder asked; it left (holders go on on TCP). */
+bool vs_rdma_forked_asked(struct vs_rdma_conn *c);
+void vs_rdma_forked_left(struct vs_rdma_conn *c);
+/* Whether another process may still hold C (alive, or being born). */
+bool vs_rdma_forked_others(struct vs_rdma_conn *c);
+/* The carrier's helper: the count of asks, and a wait for it to move. */
+uint32_t vs_rdma_forked_asks(void);
+void vs_rdma_forked_wait_asks(uint32_t seen);
+/* This process lets go of its slot of C. */
+void vs_rdma_forked_let_go(struct vs_rdma_conn *c);
+/* rdma.c: a child's first use of its copy (FD, or -1): the carrier leaves
+ * RDMA first; then the copy is plain TCP. Nothing for other copies. */
+void vs_rdma_copy_use(struct vs_rdma_conn *c, int fd);
+
 /* cm.c: the rendezvous over rdma_cm. */
+/* A process event the set-up cannot follow: it ends, the peer told (a
+ * queue pair the peer may already write through gets a CUT, the others a
+ * disconnection). True: it ended on RDMA meanwhile (DONE): revert it. */
+bool vs_rdma_setup_leave(struct vs_rdma_conn *c, const char *reason);
 void vs_rdma_progress(struct vs_rdma_conn *c, int fd);
 /* The program met its descriptor limit: no set-up starts for a while (a
  * set-up under way holds no descriptor of its own to give back). 0. */

@@ -18,8 +18,11 @@
  * (it failed: exec, fdopen, splice, no room for one more holder) taints the
  * slot (vs_rdma_conn_fail): the bytes it moves next are nobody's count. */
 #include <errno.h>
+#include <linux/futex.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/clock.h"
@@ -39,19 +42,31 @@ struct slot {
     _Atomic int holders; /* entries in pid[] (BORN ones too), or OWNED */
     _Atomic int io;      /* 0, the pid that moved bytes since the fork, or TAINTED */
     _Atomic int pid[HOLDERS];
+    /* A connection on RDMA (or in its set-up) at the fork: the process that
+     * carries it (0: a young one, above), and where its leaving is. */
+    _Atomic int owner;
+    _Atomic uint32_t leave; /* LEAVE_* */
 };
 
+/* leave: nobody asked; a child asked the owner; the owner left RDMA (every
+ * holder is on TCP, settled); the owner died on RDMA (the stream is lost). */
+enum { LEAVE_NONE, LEAVE_ASKED, LEAVE_DONE, LEAVE_LOST };
+
 static struct slot *slots; /* set before a fork, then inherited */
+/* Bumped by a child that asks an owner to leave (futex word). */
+static _Atomic uint32_t *asks;
 static pthread_mutex_t region_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static bool region(void)
 {
     pthread_mutex_lock(&region_lock);
     if (!slots) {
-        void *m = mmap(NULL, SLOTS * sizeof(struct slot), PROT_READ | PROT_WRITE,
+        void *m = mmap(NULL, (SLOTS + 1) * sizeof(struct slot), PROT_READ | PROT_WRITE,
                        MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-        if (m != MAP_FAILED)
+        if (m != MAP_FAILED) {
+            asks = (_Atomic uint32_t *)&((struct slot *)m)[SLOTS];
             slots = m;
+        }
     }
     pthread_mutex_unlock(&region_lock);
     return slots != NULL;
@@ -88,6 +103,8 @@ static int claim_slot(void)
             if (pass == 0 ? atomic_compare_exchange_strong(&slots[i].used, &free_slot, EXAMINED)
                           : reclaim(&slots[i])) {
                 atomic_store(&slots[i].io, 0);
+                atomic_store(&slots[i].owner, 0);
+                atomic_store(&slots[i].leave, LEAVE_NONE);
                 for (int k = 0; k < HOLDERS; k++)
                     atomic_store(&slots[i].pid[k], k == 0 ? getpid() : 0);
                 atomic_store(&slots[i].holders, 1);
@@ -237,6 +254,148 @@ void vs_rdma_forked_drop(struct vs_rdma_conn *c)
 {
     vs_rdma_forked_failed(c); /* freed while its fork was under way */
     int i = atomic_exchange(&c->share, -1);
+    if (i >= 0 && swap_entry(&slots[i], getpid(), 0))
+        leave_slot(&slots[i]);
+}
+
+/* ------------------------------------------------------ carried on RDMA */
+
+/* A connection on RDMA (or in its set-up) at a fork stays there: registered
+ * memory is kept out of the child (MADV_DONTFORK) and the kernel copies any
+ * other pinned page for the child (copy-on-fork), so the parent's state is
+ * untouched. The child holds a copy it may not use as is: the bytes it
+ * would read are in the parent's ring, and its writes would overtake the
+ * parent's. Its first use asks the parent, through the slot, to leave RDMA
+ * (CUT: both ends told, every byte resent on TCP, settled); the parent's
+ * helper thread (rdma.c) does it at once, whatever the parent is doing, and
+ * the child's call then goes on on TCP. A child that only closes its copy,
+ * execs with it close-on-exec, or exits changes nothing. */
+
+bool vs_rdma_forked_carry(struct vs_rdma_conn *c)
+{
+    int i = atomic_load(&c->held);
+    if (i < 0) {
+        if (!c->carrier || !region() || (i = claim_slot()) < 0)
+            return false;
+        atomic_store(&slots[i].owner, getpid());
+        atomic_store(&c->held, i);
+    }
+    if (atomic_load(&slots[i].leave) != LEAVE_NONE)
+        return false; /* left, or leaving: the copy is plain TCP */
+    c->held_born = join_slot(&slots[i]);
+    return c->held_born;
+}
+
+void vs_rdma_forked_carry_born(struct vs_rdma_conn *c)
+{
+    c->held_born = false;
+}
+
+bool vs_rdma_forked_carry_child(struct vs_rdma_conn *c)
+{
+    int i = atomic_load(&c->held);
+    bool born = c->held_born;
+    c->held_born = false;
+    c->carrier = false;
+    if (!born || i < 0 || !swap_entry(&slots[i], BORN, getpid())) {
+        atomic_store(&c->held, -1);
+        return false;
+    }
+    atomic_store(&c->copy_unused, true);
+    return true;
+}
+
+void vs_rdma_forked_carry_failed(struct vs_rdma_conn *c)
+{
+    int i = atomic_load(&c->held);
+    bool born = c->held_born;
+    c->held_born = false;
+    if (born && i >= 0 && swap_entry(&slots[i], BORN, 0))
+        leave_slot(&slots[i]);
+}
+
+static void futex_wake(_Atomic uint32_t *word)
+{
+    syscall(SYS_futex, word, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
+}
+
+static void futex_wait(_Atomic uint32_t *word, uint32_t val, long ns)
+{
+    struct timespec ts = {ns / 1000000000L, ns % 1000000000L};
+    syscall(SYS_futex, word, FUTEX_WAIT, val, &ts, NULL, 0);
+}
+
+/* How often a child waiting for its parent to leave checks that it lives. */
+#define ASK_CHECK_NS 20000000L
+
+int vs_rdma_forked_ask(struct vs_rdma_conn *c)
+{
+    int i = atomic_load(&c->held);
+    if (i < 0)
+        return 0;
+    struct slot *sl = &slots[i];
+    uint32_t none = LEAVE_NONE;
+    if (atomic_compare_exchange_strong(&sl->leave, &none, LEAVE_ASKED)) {
+        atomic_fetch_add(asks, 1);
+        futex_wake(asks);
+    }
+    uint32_t now;
+    while ((now = atomic_load(&sl->leave)) == LEAVE_ASKED) {
+        int owner = atomic_load(&sl->owner);
+        if (!alive(owner)) {
+            /* Died on RDMA: what it had read ahead is gone with it. */
+            uint32_t asked = LEAVE_ASKED;
+            atomic_compare_exchange_strong(&sl->leave, &asked, LEAVE_LOST);
+            continue;
+        }
+        futex_wait(&sl->leave, LEAVE_ASKED, ASK_CHECK_NS);
+    }
+    return now == LEAVE_DONE ? 0 : -1;
+}
+
+bool vs_rdma_forked_asked(struct vs_rdma_conn *c)
+{
+    int i = atomic_load(&c->held);
+    return c->carrier && i >= 0 && atomic_load(&slots[i].leave) == LEAVE_ASKED;
+}
+
+void vs_rdma_forked_left(struct vs_rdma_conn *c)
+{
+    int i = atomic_load(&c->held);
+    if (!c->carrier || i < 0)
+        return;
+    atomic_store(&slots[i].leave, LEAVE_DONE);
+    futex_wake(&slots[i].leave);
+}
+
+bool vs_rdma_forked_others(struct vs_rdma_conn *c)
+{
+    int i = atomic_load(&c->held);
+    if (i < 0 || atomic_load(&slots[i].leave) == LEAVE_DONE)
+        return false;
+    int me = getpid();
+    for (int k = 0; k < HOLDERS; k++) {
+        int pid = atomic_load(&slots[i].pid[k]);
+        if (pid == BORN || (pid != 0 && pid != me && alive(pid)))
+            return true;
+    }
+    return false;
+}
+
+uint32_t vs_rdma_forked_asks(void)
+{
+    return asks ? atomic_load(asks) : 0;
+}
+
+void vs_rdma_forked_wait_asks(uint32_t seen)
+{
+    futex_wait(asks, seen, 1000000000L);
+}
+
+void vs_rdma_forked_let_go(struct vs_rdma_conn *c)
+{
+    vs_rdma_forked_carry_failed(c);
+    int i = atomic_exchange(&c->held, -1);
     if (i >= 0 && swap_entry(&slots[i], getpid(), 0))
         leave_slot(&slots[i]);
 }

@@ -282,6 +282,7 @@ static void forked_io(struct vs_rdma_conn *c)
 ssize_t vs_rdma_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags)
 {
     struct vs_rdma_conn *c = s->conn;
+    vs_rdma_copy_use(c, fd);
     vs_rdma_sync(s, fd);
     size_t want = vs_iov_total(msg->msg_iov, msg->msg_iovlen);
     if ((!vs_rdma_active(c) && !vs_rdma_unsettled(c)) || want == 0 || (flags & MSG_OOB))
@@ -547,6 +548,7 @@ static ssize_t rdma_send(struct vs_rdma_conn *c, int fd, const struct iovec *iov
 ssize_t vs_rdma_sendmsg(struct vs_sock *s, int fd, const struct msghdr *msg, int flags)
 {
     struct vs_rdma_conn *c = s->conn;
+    vs_rdma_copy_use(c, fd);
     vs_rdma_sync(s, fd);
     if (!vs_rdma_active(c) || (flags & MSG_OOB))
         return vs_real.sendmsg(fd, msg, flags);
@@ -595,6 +597,7 @@ ssize_t vs_rdma_sendmsg(struct vs_sock *s, int fd, const struct msghdr *msg, int
 ssize_t vs_rdma_sendfile(struct vs_sock *s, int fd, int in_fd, off_t *offset, size_t count)
 {
     struct vs_rdma_conn *c = s->conn;
+    vs_rdma_copy_use(c, fd);
     vs_rdma_sync(s, fd);
     if (!vs_rdma_active(c) || !vs_stream_tx_on_transport(&c->st)) {
         if (!vs_rdma_active(c))
@@ -647,6 +650,7 @@ static void send_shut(struct vs_rdma_conn *c, bool wait)
 int vs_rdma_shutdown(struct vs_sock *s, int fd, int how)
 {
     struct vs_rdma_conn *c = s->conn;
+    vs_rdma_copy_use(c, fd);
     if (vs_rdma_active(c) && (how == SHUT_WR || how == SHUT_RDWR)) {
         pthread_mutex_lock(&c->tx_lock);
         if (!atomic_load(&c->st.tx_switched))
@@ -711,6 +715,7 @@ void vs_rdma_close(struct vs_rdma_conn *c)
 bool vs_rdma_ioctl(struct vs_sock *s, int fd, unsigned long req, int *value)
 {
     struct vs_rdma_conn *c = s->conn;
+    vs_rdma_copy_use(c, fd);
     if (req == FIONREAD && c->rx_skip) {
         int q = 0; /* the kernel's count holds bytes we read on the ring */
         syscall(SYS_ioctl, fd, FIONREAD, &q);

@@ -3,6 +3,7 @@
  * events (fork, exec) they follow. */
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -12,6 +13,7 @@
 #include "config/config.h"
 #include "config/log.h"
 #include "core/clock.h"
+#include "core/fdtable.h"
 #include "core/ownfd.h"
 #include "core/reason.h"
 #include <fcntl.h>
@@ -106,6 +108,8 @@ static void register_exit(void)
     atexit(reap_at_exit);
 }
 
+static int take_hold(struct vs_rdma_conn *c, int fd);
+
 void vs_rdma_sync(struct vs_sock *s, int fd)
 {
     struct vs_rdma_conn *c = s->conn;
@@ -133,12 +137,8 @@ void vs_rdma_sync(struct vs_sock *s, int fd)
         return;
     }
     s->conn_shown = hs;
-    if (hs == VS_RDMA_DONE && c->hold_fd < 0) {
-        pthread_once(&exit_once, register_exit);
-        int dup = vs_real.fcntl(fd, F_DUPFD_CLOEXEC, 0);
-        if (dup >= 0)
-            c->hold_fd = vs_ownfd_take(dup, c, NULL);
-    }
+    if (hs == VS_RDMA_DONE && c->hold_fd < 0)
+        take_hold(c, fd);
     if (hs == VS_RDMA_DONE) {
         s->transport = VS_TRANSPORT_RDMA;
         vs_stats_set_transport(s->stat, VS_TRANSPORT_RDMA, c->device);
@@ -162,9 +162,11 @@ static bool rx_on_rdma(struct vs_rdma_conn *c)
            c->st.rx_switch_at == __atomic_load_n(&c->st.tcp_rx, __ATOMIC_RELAXED);
 }
 
+/* A child's unused copy too: readiness the child acts on is a use. */
 static bool translated(struct vs_sock *s)
 {
-    return vs_rdma_active(s->conn);
+    struct vs_rdma_conn *c = s->conn;
+    return vs_rdma_active(c) || atomic_load(&c->copy_unused);
 }
 
 static unsigned tcp_interest(struct vs_sock *s, unsigned user)
@@ -242,6 +244,7 @@ static unsigned poll_now(struct vs_sock *s, int fd, unsigned interest, int tcp_r
                          bool watch_fired)
 {
     struct vs_rdma_conn *c = s->conn;
+    vs_rdma_copy_use(c, fd);
     if (watch_fired)
         vs_rdma_channel_drain(c);
     vs_rdma_sync(s, fd);
@@ -371,6 +374,10 @@ static bool rx_by_kernel(struct vs_sock *s)
 static bool cold_attach(struct vs_sock *s, void *rec)
 {
     struct vs_rdma_conn *c = s->conn;
+    /* A child's unused copy: the kernel would never say its bytes (they
+     * are in the parent's ring); each wait must look (poll_now: its use). */
+    if (atomic_load(&c->copy_unused))
+        return false;
     if (!vs_rdma_active(c))
         return true;
     void *none = NULL;
@@ -394,22 +401,110 @@ static void *cold_rec(struct vs_sock *s)
 
 /* ---------------------------------------------------------- process events */
 
+/* A descriptor of the connection's TCP socket to resend on when it leaves:
+ * the hold taken once a call saw it on RDMA, or else one of the program's.
+ * (Found: a set-up that ended inside a call that did not look again had no
+ * hold, and a fork then left without a CUT: the peer went on writing into
+ * a ring nobody read, and both programs waited for ever.) */
+struct fd_of {
+    struct vs_rdma_conn *c;
+    int fd;
+};
+
+static void find_fd(int fd, struct vs_sock *s, void *arg)
+{
+    struct fd_of *f = arg;
+    if (f->fd < 0 && s->ops == &vs_rdma_ops && s->conn == f->c)
+        f->fd = fd;
+}
+
+static int take_hold(struct vs_rdma_conn *c, int fd)
+{
+    int dup = vs_real.fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (dup < 0)
+        return fd;
+    dup = vs_ownfd_take(dup, c, NULL);
+    int none = -1;
+    if (!__atomic_compare_exchange_n(&c->hold_fd, &none, dup, false, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE)) {
+        vs_ownfd_close(dup, c); /* a call took one meanwhile */
+        return none;
+    }
+    pthread_once(&exit_once, register_exit);
+    return dup;
+}
+
+static int conn_fd(struct vs_rdma_conn *c)
+{
+    int held = __atomic_load_n(&c->hold_fd, __ATOMIC_ACQUIRE);
+    if (held >= 0 || !c->carrier)
+        return held;
+    struct fd_of f = {c, -1};
+    vs_fd_for_each(find_fd, &f);
+    return f.fd < 0 ? -1 : take_hold(c, f.fd);
+}
+
 static void leave(struct vs_sock *s, int fd, const char *reason)
 {
     struct vs_rdma_conn *c = s->conn;
+    vs_rdma_copy_use(c, fd);
+    if (vs_rdma_active(c) && !vs_rdma_done(c))
+        vs_rdma_setup_leave(c, reason);
     if (vs_rdma_done(c))
         vs_rdma_revert(c, fd, reason);
-    else if (vs_rdma_active(c)) {
-        pthread_mutex_lock(&c->ctl_lock);
-        vs_rdma_conn_fail(c, reason);
-        pthread_mutex_unlock(&c->ctl_lock);
-    }
+    vs_rdma_forked_left(c);
     vs_rdma_sync(s, fd);
 }
 
+/* Leaves RDMA for a process event, the peer told (CUT, or the set-up's
+ * end), settled: every holder of the socket may use TCP after. */
+static void leave_conn(struct vs_rdma_conn *c, const char *reason)
+{
+    if (!c->carrier)
+        return; /* a child's copy: the carrier's to leave (copy_use) */
+    bool was = vs_rdma_active(c);
+    if (was && !vs_rdma_done(c))
+        vs_rdma_setup_leave(c, reason);
+    int fd = conn_fd(c);
+    if (vs_rdma_done(c) || vs_rdma_unsettled(c) || atomic_load(&c->st.tx_revert_pending))
+        vs_rdma_revert(c, fd, reason);
+    vs_rdma_forked_left(c);
+    /* Said at once: the process may never call on the socket again (a
+     * parent that closes its copy after fork). */
+    if (was && c->stat && !c->closing)
+        vs_stats_set_transport(c->stat, VS_TRANSPORT_KERNEL, reason);
+}
+
+/* A forked child's copy of a connection its parent carries on RDMA, at the
+ * child's first use (a call that moves bytes, shuts down, or acts on
+ * readiness; an exec that keeps the descriptor): the parent leaves RDMA
+ * first (forked.c), then the call goes on on TCP. */
+void vs_rdma_copy_use(struct vs_rdma_conn *c, int fd)
+{
+    if (!atomic_load(&c->copy_unused))
+        return;
+    int rc = vs_rdma_forked_ask(c);
+    if (!atomic_exchange(&c->copy_unused, false))
+        return;
+    if (rc < 0) {
+        vs_warn("rdma: the parent that carried this connection on rdma died with it: the "
+                "connection ends");
+        if (fd >= 0)
+            vs_real.shutdown(fd, SHUT_RDWR);
+    }
+    c->fail_reason = VS_REASON_LEFT_BY_FORK; /* the child's copy: its own */
+    vs_rdma_bump(c);
+    if (c->stat)
+        vs_stats_set_transport(c->stat, VS_TRANSPORT_KERNEL, VS_REASON_LEFT_BY_FORK);
+}
+
+/* The carrier lets go while a child holds the connection: it leaves RDMA
+ * (a SHUT would end the stream the child may still use), then goes. */
 static void release(struct vs_sock *s)
 {
     struct vs_rdma_conn *c = s->conn;
+    if (c->carrier && atomic_load(&c->held) >= 0 && vs_rdma_forked_others(c))
+        leave_conn(c, VS_REASON_LEFT_BY_FORK);
     s->conn = NULL;
     c->stat = NULL; /* goes with the socket; the connection may linger */
     if (vs_rdma_done(c))
@@ -421,19 +516,7 @@ static void release(struct vs_sock *s)
 
 static void leave_one(struct vs_rdma_conn *c, void *arg)
 {
-    if (!vs_rdma_active(c))
-        return;
-    if (vs_rdma_done(c)) {
-        vs_rdma_revert(c, -1, arg);
-    } else {
-        pthread_mutex_lock(&c->ctl_lock);
-        vs_rdma_conn_fail(c, arg);
-        pthread_mutex_unlock(&c->ctl_lock);
-    }
-    /* Said at once: the process may never call on the socket again (a
-     * parent that closes its copy after fork). */
-    if (c->stat && !c->closing)
-        vs_stats_set_transport(c->stat, VS_TRANSPORT_KERNEL, arg);
+    leave_conn(c, arg);
 }
 
 static void leave_all(const char *reason)
@@ -445,7 +528,7 @@ static void leave_all(const char *reason)
  * the child holds it with us (forked.c). (list) */
 static bool share_young(struct vs_rdma_conn *c)
 {
-    if (atomic_load(&c->hs) != VS_RDMA_YOUNG || c->closing)
+    if (atomic_load(&c->hs) != VS_RDMA_YOUNG || c->closing || !c->carrier)
         return false;
     if (pthread_mutex_trylock(&c->tx_lock) != 0)
         return false;
@@ -461,16 +544,119 @@ static bool share_young(struct vs_rdma_conn *c)
     return shared;
 }
 
-static void fork_one(struct vs_rdma_conn *c, void *arg)
+/* Whether the kernel keeps pinned pages the parent's at fork and copies
+ * them for the child (copy-on-fork, Linux 5.13): then registered memory
+ * survives a fork untouched, whatever the child does. Older kernels would
+ * share them copy-on-write, and the parent's next write would move its
+ * page away from the adapter's: there every connection leaves first. */
+static bool copy_on_fork(void)
 {
-    if (!share_young(c))
-        leave_one(c, arg);
+    static int known = -1;
+    if (known < 0)
+        known = !vs_config.rdma_fork_leave && ibv_is_fork_initialized() == IBV_FORK_UNNEEDED;
+    return known;
 }
 
-/* Registered memory and queue pairs do not follow into the child: every
- * connection on RDMA or in its set-up leaves before fork, in both processes
- * (the parent's CUT tells the peer). A young one has nothing to lose: both
- * hold it, and its set-up starts once one of them holds it alone (a
+/* The carrier's helper: a child that uses its copy waits for the carrier
+ * to leave RDMA, which must happen whatever the carrier does meanwhile
+ * (it may wait for that very child: waitpid, a pipe, its turn). A thread,
+ * started at the first fork that leaves a child a copy, asleep on the
+ * shared futex until a child asks; every signal blocked. */
+static bool helper_ok;
+static pthread_once_t helper_once = PTHREAD_ONCE_INIT;
+
+static void serve(struct vs_rdma_conn *c, void *arg)
+{
+    (void)arg;
+    if (!vs_rdma_forked_asked(c))
+        return;
+    vs_info("rdma: a forked child uses a connection carried here on rdma: it leaves for TCP");
+    leave_conn(c, VS_REASON_LEFT_BY_FORK);
+}
+
+static void *helper(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        uint32_t seen = vs_rdma_forked_asks();
+        vs_rdma_conn_each(serve, NULL);
+        vs_rdma_forked_wait_asks(seen);
+    }
+    return NULL;
+}
+
+/* At exit, a connection a live child still holds leaves RDMA: the child
+ * may go on using it. */
+static void exit_one(struct vs_rdma_conn *c, void *arg)
+{
+    (void)arg;
+    if (c->carrier && atomic_load(&c->held) >= 0 && vs_rdma_forked_others(c))
+        leave_conn(c, VS_REASON_LEFT_BY_FORK);
+}
+
+static void carrier_exit(void)
+{
+    vs_rdma_conn_each(exit_one, NULL);
+}
+
+static void start_helper(void)
+{
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&a, 256 * 1024);
+    pthread_t t;
+    helper_ok = pthread_create(&t, &a, helper, NULL) == 0;
+    pthread_attr_destroy(&a);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (helper_ok)
+        atexit(carrier_exit);
+    else
+        vs_info("rdma: no helper thread: connections leave rdma at fork");
+}
+
+/* A connection on RDMA or in its set-up stays there in the parent; the
+ * child holds a copy (forked.c). A child's unused copy is held by its own
+ * child too. */
+static bool carry(struct vs_rdma_conn *c)
+{
+    if (c->closing || !copy_on_fork())
+        return false;
+    if (c->carrier) {
+        /* One that left RDMA may still owe the peer a resend or have TCP
+         * bytes to drop: the child's use waits for those too. */
+        int hs = atomic_load(&c->hs);
+        if (hs == VS_RDMA_YOUNG || (hs == VS_RDMA_FAILED && !c->qp))
+            return false;
+        pthread_once(&helper_once, start_helper);
+        if (!helper_ok)
+            return false;
+    } else if (!atomic_load(&c->copy_unused)) {
+        return false;
+    }
+    return vs_rdma_forked_carry(c);
+}
+
+static void fork_one(struct vs_rdma_conn *c, void *arg)
+{
+    if (share_young(c) || carry(c))
+        return;
+    /* Closed by the program, its last writes in flight: the child has no
+     * descriptor of it (its copy of the hold is closed), nothing to do. */
+    if (c->closing && copy_on_fork())
+        return;
+    /* A child's copy it cannot pass on: the carrier leaves first. */
+    vs_rdma_copy_use(c, -1);
+    leave_conn(c, arg);
+}
+
+/* A connection stays on RDMA at fork, in the parent; the child's copy is
+ * forgotten (its memory kept out of the child: verbs.c) and its first use
+ * makes the connection leave. A young one has nothing to lose: both hold
+ * it, and its set-up starts once one of them holds it alone (a
  * fork-per-connection server's child, once the parent closed its copy). */
 static void fork_prepare(void)
 {
@@ -481,6 +667,7 @@ static void born(struct vs_rdma_conn *c, void *arg)
 {
     (void)arg;
     vs_rdma_forked_born(c);
+    vs_rdma_forked_carry_born(c);
 }
 
 static void fork_parent(void)
@@ -490,6 +677,10 @@ static void fork_parent(void)
 
 static void fork_child(void)
 {
+    /* The parent's helper thread is not ours: a connection this process
+     * carries one day gets a helper of its own at its first fork. */
+    helper_once = (pthread_once_t)PTHREAD_ONCE_INIT;
+    helper_ok = false;
     vs_rdma_conn_fork_child();
     vs_rdma_cq_fork_child();
     vs_rdma_dev_fork_child();
@@ -499,6 +690,7 @@ static void forget_birth(struct vs_rdma_conn *c, void *arg)
 {
     (void)arg;
     vs_rdma_forked_failed(c);
+    vs_rdma_forked_carry_failed(c);
 }
 
 static void fork_failed(void)
@@ -506,9 +698,40 @@ static void fork_failed(void)
     vs_rdma_conn_each(forget_birth, NULL);
 }
 
+/* Which connections the exec'd program keeps (not close-on-exec): it may
+ * use them, so a child's copy among them makes its carrier leave first. */
+static void exec_keeps(int fd, struct vs_sock *s, void *arg)
+{
+    (void)arg;
+    if (s->ops != &vs_rdma_ops || !s->conn)
+        return;
+    struct vs_rdma_conn *c = s->conn;
+    int fl = vs_real.fcntl(fd, F_GETFD);
+    if (fl < 0 || (fl & FD_CLOEXEC))
+        return;
+    c->exec_kept = true;
+    vs_rdma_copy_use(c, fd);
+}
+
+/* The state does not survive exec: a connection on RDMA leaves. One the
+ * exec closes that other processes hold (a child's unused copy, a young
+ * one held since a fork) is left alone: it changes nothing for them (a
+ * young one tainted here could never upgrade in the parent). It stays
+ * held: an exec may fail (a PATH search tries one after another) and the
+ * program go on with it. */
+static void exec_one(struct vs_rdma_conn *c, void *arg)
+{
+    bool young = atomic_load(&c->hs) == VS_RDMA_YOUNG;
+    if (!c->exec_kept &&
+        ((!c->carrier && atomic_load(&c->copy_unused)) || (young && atomic_load(&c->share) >= 0)))
+        return;
+    leave_conn(c, arg);
+}
+
 static void before_exec(void)
 {
-    leave_all(VS_REASON_LEFT_BY_EXEC);
+    vs_fd_for_each(exec_keeps, NULL);
+    vs_rdma_conn_each(exec_one, (void *)VS_REASON_LEFT_BY_EXEC);
 }
 
 const struct vs_transport_ops vs_rdma_ops = {

@@ -30,6 +30,9 @@ static int area_new(struct vs_rdma_area *a, struct ibv_pd *pd, size_t size, int 
         a->mem = NULL;
         return -ENOMEM;
     }
+    /* Not in a forked child: the parent keeps its pages where the adapter
+     * reads and writes them, and a fork copies none of them (docs: fork). */
+    madvise(a->mem, size, MADV_DONTFORK);
     a->mr = ibv_reg_mr(pd, a->mem, size, access);
     if (!a->mr) {
         int err = errno ? errno : ENOMEM;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # redis-server and its clients, all under vsocket on RDMA
-# (VSOCKET_TRANSPORTS=rdma). No persistence (--save '' --appendonly no: the
-# fork of a BGSAVE takes connections off RDMA). Checked against what kernel
+# (VSOCKET_TRANSPORTS=rdma). No persistence (--save '' --appendonly no:
+# the case is about the data path, not BGSAVE's fork). Checked against what kernel
 # TCP gives: redis-benchmark (SET and GET, 4 clients) completes and the
 # server counted exactly n SET and n GET calls (INFO commandstats), with no
 # rejected connection and no error reply; then redis-cli stores a 200 KB
