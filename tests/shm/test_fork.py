@@ -2,9 +2,11 @@
 crashes, hangs or corrupts a connection, and one whose child does not use
 the connection, or uses it and goes, leaves the parent on the transport.
 
-Both ends run under `vsocket run`: an echo server and a client scenario.
-VSOCKET_SEMANTICS_TRANSPORT=shm (default: loopback) or rdma (the Soft-RoCE
-guest, tests/rdma/cases/fork.sh: VSOCKET_TRANSPORTS=rdma over 10.77.0.1).
+Both ends run under `vsocket run`: an echo server and a client scenario, on
+shm (loopback). The same program runs over rdma with
+VSOCKET_SEMANTICS_TRANSPORT=rdma in the Soft-RoCE guest, but there a child's
+use makes the connection leave for TCP (docs/design/rdma-transport.md), so
+`turns` ends on TCP by design: RDMA's fork cases are tests/rdma/cases/fork-carry.sh.
 VSOCKET_FORK_CONNS: connections of the spawn scenario (default 100).
 A child or client that crashes leaves its exit status in the failure."""
 
