@@ -4,7 +4,10 @@
 
 #include <sched.h>
 
+#include "config/log.h"
 #include "memory/cpu.h"
+
+#include <stdatomic.h>
 
 struct timespec *vs_timespec(long ns, struct timespec *ts)
 {
@@ -15,18 +18,98 @@ struct timespec *vs_timespec(long ns, struct timespec *ts)
     return ts;
 }
 
+/* The busy-poll budget adapts, per thread, to whether spinning pays.
+ *
+ * A spin pays when the news comes within it: a peer on this host, or on a
+ * fast link, answering at once. It does not when the answer takes longer
+ * than the spin (a peer across a slow link, a busy peer), and it can even
+ * delay that answer: where vCPUs are oversubscribed (two TCG guests on two
+ * host cores, SR-IOV guests on a busy host) the spinning vCPU is the one the
+ * peer, or our own kernel's delivery of its packets, needed (issue 21:
+ * 30x the kernel's latency across two guests). So: a spin that gives up
+ * halves the budget, and below a quarter of the ceiling (VSOCKET_POLL_US)
+ * it drops to 0, sleeping at once; a sleep that ends sooner than the
+ * ceiling (a spin would have paid) raises it again to twice that sleep. A
+ * spin that pays leaves it as it is. Per thread: a thread's waits are
+ * mostly for the same peers, and no lock or shared cache line is needed. */
+/* What the spins of this process came to, logged at exit (VSOCKET_LOG=info):
+ * whether spinning pays here is a question of measurement. */
+enum { VS_SPIN_TRIED, VS_SPIN_PAID, VS_SPIN_SKIPPED, VS_SPIN_KINDS };
+static _Atomic unsigned long spin_counts[VS_SPIN_KINDS];
+
+static void vs_spin_count(int kind)
+{
+    atomic_fetch_add_explicit(&spin_counts[kind], 1, memory_order_relaxed);
+}
+
+void vs_spin_report(void)
+{
+    unsigned long tried = atomic_load(&spin_counts[VS_SPIN_TRIED]);
+    unsigned long skipped = atomic_load(&spin_counts[VS_SPIN_SKIPPED]);
+    if (tried + skipped > 0)
+        vs_info("busy-poll: %lu spins, %lu paid, %lu waits slept at once", tried,
+                atomic_load(&spin_counts[VS_SPIN_PAID]), skipped);
+}
+
+static __thread long spin_budget = -1; /* ns; < 0: not set yet (the ceiling) */
+static __thread long gave_up_at;       /* when the last spin gave up; 0: none */
+
+static long budget_now(long ceiling)
+{
+    if (spin_budget < 0 || spin_budget > ceiling)
+        spin_budget = ceiling;
+    return spin_budget;
+}
+
+static void gave_up(long ceiling, long now)
+{
+    spin_budget /= 2;
+    if (spin_budget <= ceiling / 4)
+        spin_budget = 0;
+    gave_up_at = now;
+}
+
+void vs_spin_woke(void)
+{
+    if (gave_up_at == 0)
+        return;
+    long ceiling = vs_spin_ns(), slept = vs_now_ns() - gave_up_at;
+    gave_up_at = 0;
+    if (ceiling <= 0 || slept >= ceiling)
+        return;
+    long want = 2 * slept;
+    if (want < ceiling / 2)
+        want = ceiling / 2;
+    if (want > ceiling)
+        want = ceiling;
+    if (budget_now(ceiling) < want)
+        spin_budget = want;
+}
+
 bool vs_spin_until(bool (*ready)(void *, const void *), void *arg, const void *arg2)
 {
-    long budget = vs_spin_ns();
-    if (budget <= 0)
+    long ceiling = vs_spin_ns();
+    if (ceiling <= 0)
         return false;
-    long end = vs_now_ns() + budget;
+    long start = vs_now_ns(), budget = budget_now(ceiling);
+    vs_spin_count(budget > 0 ? VS_SPIN_TRIED : VS_SPIN_SKIPPED);
+    if (budget == 0) {
+        gave_up_at = start;
+        return false;
+    }
+    long end = start + budget;
     for (unsigned i = 1;; i++) {
-        if (ready(arg, arg2))
+        if (ready(arg, arg2)) {
+            vs_spin_count(VS_SPIN_PAID);
+            gave_up_at = 0;
             return true;
+        }
         if (i % 16 == 0) {
-            if (vs_now_ns() >= end)
+            long now = vs_now_ns();
+            if (now >= end) {
+                gave_up(ceiling, now);
                 return false;
+            }
             /* The peer may be waiting for this very CPU. */
             sched_yield();
         }
