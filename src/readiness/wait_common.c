@@ -18,22 +18,9 @@ struct timespec *vs_timespec(long ns, struct timespec *ts)
     return ts;
 }
 
-/* The busy-poll budget adapts, per thread, to whether spinning pays.
- *
- * A spin pays when the news comes within it: a peer on this host, or on a
- * fast link, answering at once. It does not when the answer takes longer
- * than the spin (a peer across a slow link, a busy peer), and it can even
- * delay that answer: where vCPUs are oversubscribed (two TCG guests on two
- * host cores, SR-IOV guests on a busy host) the spinning vCPU is the one the
- * peer, or our own kernel's delivery of its packets, needed (issue 21:
- * 30x the kernel's latency across two guests). So: a spin that gives up
- * halves the budget, and below a quarter of the ceiling (VSOCKET_POLL_US)
- * it drops to 0, sleeping at once; a sleep that ends sooner than the
- * ceiling (a spin would have paid) raises it again to twice that sleep. A
- * spin that pays leaves it as it is. Per thread: a thread's waits are
- * mostly for the same peers, and no lock or shared cache line is needed. */
-/* What the spins of this process came to, logged at exit (VSOCKET_LOG=info):
- * whether spinning pays here is a question of measurement. */
+/* What the spins of this process came to, logged at exit
+ * (VSOCKET_LOG_LEVEL=info): whether spinning pays is a question of
+ * measurement. Relaxed counters, one add per wait. */
 enum { VS_SPIN_TRIED, VS_SPIN_PAID, VS_SPIN_SKIPPED, VS_SPIN_KINDS };
 static _Atomic unsigned long spin_counts[VS_SPIN_KINDS];
 
@@ -51,6 +38,18 @@ void vs_spin_report(void)
                 atomic_load(&spin_counts[VS_SPIN_PAID]), skipped);
 }
 
+/* The busy-poll budget adapts, per thread, to whether spinning pays.
+ *
+ * A spin pays when the news comes within it: a peer on this host, or on a
+ * fast link, answering at once. It does not when the answer takes longer
+ * than the spin (a peer across a slow link, a busy peer): then it is CPU
+ * burnt for nothing, and where vCPUs are oversubscribed CPU taken from the
+ * peer (issue 21: across two guests 11 spins, 0 paid). So: a spin that
+ * gives up halves the budget, and below a quarter of the ceiling
+ * (VSOCKET_POLL_US) it drops to 0, sleeping at once; a sleep that ends
+ * sooner than the ceiling (a spin would have paid) raises it again to twice
+ * that sleep, at least half the ceiling. A spin that pays leaves it. Per thread: a thread's waits
+ * are mostly for the same peers, and the budget needs no lock. */
 static __thread long spin_budget = -1; /* ns; < 0: not set yet (the ceiling) */
 static __thread long gave_up_at;       /* when the last spin gave up; 0: none */
 
