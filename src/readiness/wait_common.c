@@ -46,9 +46,11 @@ void vs_spin_report(void)
  * burnt for nothing, and where vCPUs are oversubscribed CPU taken from the
  * peer (issue 21: across two guests 11 spins, 0 paid). So: a spin that
  * gives up halves the budget, and below a quarter of the ceiling
- * (VSOCKET_POLL_US) it drops to 0, sleeping at once; a sleep that ends
- * sooner than the ceiling (a spin would have paid) raises it again to twice
- * that sleep, at least half the ceiling. A spin that pays leaves it. Per thread: a thread's waits
+ * (VSOCKET_POLL_US) it drops to 0, sleeping at once: two spins in a row
+ * that bring nothing. A spin that pays, or a sleep that ends sooner than
+ * the ceiling (a spin would have paid), gives the whole ceiling back: where
+ * half the spins pay (one host: the peer's answer near the ceiling) the
+ * thread keeps spinning almost as if the budget were fixed. Per thread: a thread's waits
  * are mostly for the same peers, and the budget needs no lock. */
 static __thread long spin_budget = -1; /* ns; < 0: not set yet (the ceiling) */
 static __thread long gave_up_at;       /* when the last spin gave up; 0: none */
@@ -74,15 +76,8 @@ void vs_spin_woke(void)
         return;
     long ceiling = vs_spin_ns(), slept = vs_now_ns() - gave_up_at;
     gave_up_at = 0;
-    if (ceiling <= 0 || slept >= ceiling)
-        return;
-    long want = 2 * slept;
-    if (want < ceiling / 2)
-        want = ceiling / 2;
-    if (want > ceiling)
-        want = ceiling;
-    if (budget_now(ceiling) < want)
-        spin_budget = want;
+    if (ceiling > 0 && slept < ceiling)
+        spin_budget = ceiling;
 }
 
 bool vs_spin_until(bool (*ready)(void *, const void *), void *arg, const void *arg2)
@@ -100,6 +95,7 @@ bool vs_spin_until(bool (*ready)(void *, const void *), void *arg, const void *a
     for (unsigned i = 1;; i++) {
         if (ready(arg, arg2)) {
             vs_spin_count(VS_SPIN_PAID);
+            spin_budget = ceiling;
             gave_up_at = 0;
             return true;
         }
