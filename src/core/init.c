@@ -12,6 +12,7 @@
 #include "transport/transport.h"
 #include "interpose/real.h"
 #include "readiness/epoll.h"
+#include "readiness/wait_common.h"
 
 __attribute__((constructor)) static void vs_load(void)
 {
@@ -30,8 +31,10 @@ __attribute__((constructor)) static void vs_load(void)
 
 __attribute__((destructor)) static void vs_unload(void)
 {
-    if (!vs_sandboxed()) /* its file stays: `vsocket stat` removes it */
-        vs_stats_exit();
+    if (vs_sandboxed())
+        return;
+    vs_spin_report();
+    vs_stats_exit(); /* its file stays: `vsocket stat` removes it */
 }
 
 /* Locks are taken in one order (epoll records, connections, sockets, then

@@ -1383,6 +1383,7 @@ static int wait_translated(int epfd, struct epoll_event *events, int max, long t
         int n =
             w.n < max ? kernel_wait(epfd, kev, max - w.n, w.n ? 0 : left, w.n ? NULL : mask) : 0;
         int err = errno;
+        vs_spin_woke();
         if (on_shared)
             atomic_fetch_sub(&shared_sleepers, 1);
         pthread_mutex_lock(&lock);

@@ -150,6 +150,7 @@ static int poll_translated(struct poll_state *st, struct pollfd *fds, long timeo
         struct timespec ts, *tsp = vs_timespec(left, &ts);
         int n = (int)syscall(SYS_ppoll, st->k, st->nk, tsp, sigmask, _NSIG / 8);
         int err = errno;
+        vs_spin_woke();
         if (armed)
             for (nfds_t i = 0; i < st->n; i++)
                 if (st->armed[i])

@@ -1,5 +1,6 @@
 /* conn.c - a connection's RDMA state: creation, failure, this process's
  * list of them. */
+#include <netinet/in.h>
 #include <stdlib.h>
 #include <time.h>
 #include <string.h>
@@ -38,6 +39,23 @@ static void list_del(struct vs_rdma_conn *c)
     pthread_mutex_unlock(&list_lock);
 }
 
+/* A v4-mapped IPv6 address (::ffff:a.b.c.d) as the IPv4 address it is.
+ * The JVM, and programs like it, talk to IPv4 peers through IPv6 sockets:
+ * rdma_cm binds and resolves the mapped form as IPv6, which no RoCE
+ * device's IPv4 address answers (issue 21: both ends "no-rdma-device").
+ * The proof and the peer cache map IPv4 to the same 16 bytes, so an end
+ * that unmaps agrees with a native IPv4 one. */
+static void unmap_v4(struct sockaddr_storage *ss)
+{
+    const struct sockaddr_in6 *in6 = (const void *)ss;
+    if (ss->ss_family != AF_INET6 || !IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr))
+        return;
+    struct sockaddr_in in = {.sin_family = AF_INET, .sin_port = in6->sin6_port};
+    memcpy(&in.sin_addr, &in6->sin6_addr.s6_addr[12], 4);
+    memset(ss, 0, sizeof(*ss));
+    memcpy(ss, &in, sizeof(in));
+}
+
 struct vs_rdma_conn *vs_rdma_conn_new(struct vs_sock *s, bool accepter, int fd,
                                       const struct sockaddr *peer, socklen_t len)
 {
@@ -66,6 +84,8 @@ struct vs_rdma_conn *vs_rdma_conn_new(struct vs_sock *s, bool accepter, int fd,
         free(c);
         return NULL;
     }
+    unmap_v4(&c->local);
+    unmap_v4(&c->peer);
     if (c->peer.ss_family != AF_INET && c->peer.ss_family != AF_INET6) {
         free(c);
         return NULL;

@@ -163,6 +163,7 @@ int vs_rdma_wait(struct vs_rdma_conn *c, int fd, short tcp_events, struct vs_blo
     struct timespec ts = {.tv_sec = left / 1000000000L, .tv_nsec = left % 1000000000L};
     int rc = (int)syscall(SYS_ppoll, p, n, &ts, NULL, _NSIG / 8);
     int err = errno;
+    vs_spin_woke();
     atomic_fetch_sub(&c->sleepers, 1);
     vs_rdma_cq_sleep_end(g, wake);
     if (rc < 0)

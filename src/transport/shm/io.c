@@ -75,6 +75,7 @@ static int sleep_on(struct vs_shm_conn *c, int fd, struct vs_ring *ring, short t
     }
     int n = (int)syscall(SYS_ppoll, p, p[1].fd >= 0 ? 2 : 1, tsp, NULL, _NSIG / 8);
     int err = errno;
+    vs_spin_woke();
     atomic_fetch_sub(&c->sleepers, 1);
     if (ring)
         vs_ring_arm(ring, -1);

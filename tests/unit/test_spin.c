@@ -1,0 +1,74 @@
+/* test_spin.c - the adaptive busy-poll budget (readiness/wait_common.c):
+ * spins that bring nothing shrink it to 0, a quick wake-up raises it again,
+ * a spin that pays keeps it. Counted in calls of the condition, not timed:
+ * the ceiling is long (100 ms) so only a stall of that length between two
+ * adjacent calls here could change what the checks see. */
+#include "check.h"
+#include "config/config.h"
+#include "readiness/wait_common.h"
+
+static long looks;
+static long pay_after; /* the condition comes true on this look; 0: never */
+
+static bool ready(void *arg, const void *arg2)
+{
+    (void)arg;
+    (void)arg2;
+    looks++;
+    return pay_after > 0 && looks >= pay_after;
+}
+
+/* One wait's spin: how many times it looked at the condition. */
+static long spin_looks(bool *paid)
+{
+    looks = 0;
+    *paid = vs_spin_until(ready, NULL, NULL);
+    return looks;
+}
+
+static void test_unpaid_spins_stop(void)
+{
+    bool paid;
+    pay_after = 0;
+    CHECK(spin_looks(&paid) > 0); /* the full ceiling */
+    CHECK(!paid);
+    CHECK(spin_looks(&paid) > 0); /* half of it */
+    CHECK(!paid);
+    CHECK_EQ(spin_looks(&paid), 0); /* then none: sleep at once */
+    CHECK_EQ(spin_looks(&paid), 0);
+}
+
+static void test_quick_wakeup_spins_again(void)
+{
+    bool paid;
+    pay_after = 0;
+    CHECK_EQ(spin_looks(&paid), 0);
+    vs_spin_woke(); /* at once: a spin would have caught it */
+    pay_after = 3;
+    CHECK_EQ(spin_looks(&paid), 3);
+    CHECK(paid);
+    /* A spin that paid keeps the budget. */
+    CHECK_EQ(spin_looks(&paid), 3);
+    CHECK(paid);
+}
+
+static void test_zero_ceiling_never_spins(void)
+{
+    bool paid;
+    vs_config.poll_us = 0;
+    pay_after = 1;
+    CHECK_EQ(spin_looks(&paid), 0);
+    CHECK(!paid);
+    vs_spin_woke();
+    CHECK_EQ(spin_looks(&paid), 0);
+}
+
+int main(void)
+{
+    vs_config_load(&vs_config);
+    vs_config.poll_us = 100000;
+    test_unpaid_spins_stop();
+    test_quick_wakeup_spins_again();
+    test_zero_ceiling_never_spins();
+    return check_finish("test_spin");
+}
