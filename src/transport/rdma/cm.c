@@ -483,6 +483,21 @@ void vs_rdma_on_msg(struct vs_rdma_conn *c, const struct vs_rdma_msg *m)
 
 /* ------------------------------------------------------- process events */
 
+/* The set-up's last message (the connector's proof, the accepter's ring),
+ * if it came: acted on. Whether it came. */
+static bool take_setup_msg(struct vs_rdma_conn *c, int hs)
+{
+    vs_rdma_poll(c);
+    if (!atomic_load_explicit(&c->setup_msg_in, memory_order_acquire))
+        return false;
+    struct vs_rdma_msg m = c->setup_msg;
+    if (hs == VS_RDMA_ACCEPT)
+        connector_proof(c, &m);
+    else
+        accepter_ring(c, &m);
+    return true;
+}
+
 /* How long a set-up that leaves waits for its CUT to be placed. */
 #define SETUP_LEAVE_NS 5000000000L
 
@@ -493,14 +508,7 @@ bool vs_rdma_setup_leave(struct vs_rdma_conn *c, const char *reason)
     if (hs == VS_RDMA_ACCEPT || hs == VS_RDMA_WAIT_RING) {
         /* Its last message may be in: then it ends on RDMA, and leaves
          * with a CUT like any connection there. */
-        vs_rdma_poll(c);
-        if (atomic_load_explicit(&c->setup_msg_in, memory_order_acquire)) {
-            struct vs_rdma_msg m = c->setup_msg;
-            if (hs == VS_RDMA_ACCEPT)
-                connector_proof(c, &m);
-            else
-                accepter_ring(c, &m);
-        }
+        take_setup_msg(c, hs);
         hs = atomic_load(&c->hs);
     }
     if (hs == VS_RDMA_WAIT_RING && !atomic_load(&c->broken)) {
@@ -587,17 +595,9 @@ void vs_rdma_progress(struct vs_rdma_conn *c, int fd)
     }
     hs = atomic_load(&c->hs);
     if (hs == VS_RDMA_ACCEPT || hs == VS_RDMA_WAIT_RING) {
-        vs_rdma_poll(c);
-        if (atomic_load_explicit(&c->setup_msg_in, memory_order_acquire)) {
-            struct vs_rdma_msg m = c->setup_msg;
-            if (hs == VS_RDMA_ACCEPT)
-                connector_proof(c, &m);
-            else
-                accepter_ring(c, &m);
-        } else if (atomic_load(&c->broken) ||
-                   vs_now_ns() > c->up.deadline_ns + VS_RDMA_MESSAGES_GRACE_NS) {
+        if (!take_setup_msg(c, hs) && (atomic_load(&c->broken) ||
+                                       vs_now_ns() > c->up.deadline_ns + VS_RDMA_MESSAGES_GRACE_NS))
             fail(c, VS_REASON_HANDSHAKE_TIMEOUT);
-        }
     } else if (hs == VS_RDMA_RETRY || hs == VS_RDMA_LISTEN) {
         if (vs_upgrade_peer_silent(&c->up, &c->st, fd))
             no_answer(c);

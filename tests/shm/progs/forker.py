@@ -256,6 +256,16 @@ def young(addr, port):
     return {"transport": got[0]}
 
 
+def one_path(s, seq):
+    """Past the thresholds once more, then both ends must show one path."""
+    for i in range(8):
+        echo(s, 0, seq + i, 256 << 10)
+    got = wait_transport(s, TRANSPORT, seconds=5)
+    theirs = peer_transport(s)
+    expect(theirs[0] == got[0], f"this end on {got}, the other on {theirs}")
+    return {"transport": got[0], "reason": got[1], "peer": theirs}
+
+
 def young_lives(addr, port):
     """The child lives on beside the parent, both writing: the connection
     stays on TCP while shared (or its peer gives up on it), ends on one path
@@ -282,12 +292,7 @@ def young_lives(addr, port):
     expect(seen.count(1) == 1, f"the child's frame came back {seen.count(1)} times")
     _, status = os.waitpid(pid, 0)
     expect(status == 0, f"child exit status {status}")
-    for i in range(8):
-        echo(s, 0, 21 + i, 256 << 10)
-    got = wait_transport(s, TRANSPORT, seconds=5)
-    theirs = peer_transport(s)
-    expect(theirs[0] == got[0], f"this end on {got}, the other on {theirs}")
-    return {"transport": got[0], "reason": got[1], "peer": theirs}
+    return one_path(s, 21)
 
 
 def spawn(addr, port):
@@ -333,12 +338,7 @@ def midsetup(addr, port, child_lives):
         expect(r.one() == (1, 100 << 10), "the child's frame")
     _, status = os.waitpid(pid, 0)
     expect(status == 0, f"child exit status {status}")
-    for i in range(8):
-        echo(s, 0, 2 + i, 256 << 10)
-    got = wait_transport(s, TRANSPORT, seconds=5)
-    theirs = peer_transport(s)
-    expect(theirs[0] == got[0], f"this end on {got}, the other on {theirs}")
-    return {"transport": got[0], "reason": got[1], "peer": theirs}
+    return one_path(s, 2)
 
 
 def serve(addr):
