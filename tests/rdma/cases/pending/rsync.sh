@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # rsync over RDMA (issue 19): an rsync daemon and a client, both under
 # vsocket with VSOCKET_TRANSPORTS=rdma, the client pulling then pushing a
-# tree RSYNC_RUNS times (default 3; issue 19's acceptance: 50). The client
+# tree RSYNC_RUNS times (default 3; issue 19's acceptance: 50; RSYNC_PUSH=0:
+# pulls only). The client
 # forks once connected (generator and receiver share the socket) and the
 # daemon forks per connection. Every run must exit 0 with the trees
 # identical; the case prints how many client connections ended on rdma
@@ -52,10 +53,11 @@ for i in $(seq "$runs"); do
     rsync -a "rsync://$IP:$port/src/" "$tmp/pulled/" ||
     { echo "FAIL: pull $i exited $?"; cat "$tmp/daemon.log"; exit 1; }
   diff -r "$tmp/src" "$tmp/pulled" >/dev/null || { echo "FAIL: pull $i: the trees differ"; exit 1; }
+  [ "${RSYNC_PUSH:-1}" = 1 ] || continue
   vs_run VSOCKET_LOG_LEVEL=info VSOCKET_LOG_FILE="$tmp/push$i.log" \
     rsync -a "$tmp/src/" "rsync://$IP:$port/dst/p$i/" || { echo "FAIL: push $i exited $?"; exit 1; }
   diff -r "$tmp/src" "$tmp/pushed/p$i" >/dev/null || { echo "FAIL: push $i: the trees differ"; exit 1; }
   grep -q "upgraded to rdma" "$tmp/client$i.log" 2>/dev/null && on_rdma=$((on_rdma + 1))
 done
-echo "rsync: $runs pulls and $runs pushes, trees identical; pulls whose connection reached rdma: $on_rdma of $runs"
+echo "rsync: $runs pulls (and pushes unless RSYNC_PUSH=0), trees identical; pulls whose connection reached rdma: $on_rdma of $runs"
 echo "PASS"
