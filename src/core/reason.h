@@ -35,6 +35,11 @@
 /* A process forked by one that used RDMA cannot use it (librdmacm's state
  * is its parent's): its connections stay on TCP. */
 #define VS_REASON_RDMA_FORKED "rdma-after-fork"
+/* The process changed its credentials (setuid, setgroups, ...) after it
+ * opened the RDMA device: the kernel refuses it the device's files from
+ * then on. Its connections left RDMA before the change; new ones stay on
+ * TCP. */
+#define VS_REASON_CREDS_CHANGED "credentials-changed"
 /* A connection not yet upgraded when the process forked is held by more
  * than one process: its upgrade waits until one of them holds it alone. */
 #define VS_REASON_SHARED_AFTER_FORK "shared-after-fork"

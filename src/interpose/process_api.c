@@ -215,6 +215,28 @@ VS_EXPORT int prctl(int option, ...)
     INSTALL_FILTER(option == PR_SET_SECCOMP, false, vs_real.prctl(option, a[0], a[1], a[2], a[3]));
 }
 
+/* Raw calls that change credentials (libcap's capset, programs that set
+ * ids with syscall): the transports hear of them as of setuid
+ * (creds_api.c). */
+static bool changes_creds(long number)
+{
+    switch (number) {
+    case SYS_setuid:
+    case SYS_setgid:
+    case SYS_setreuid:
+    case SYS_setregid:
+    case SYS_setresuid:
+    case SYS_setresgid:
+    case SYS_setfsuid:
+    case SYS_setfsgid:
+    case SYS_setgroups:
+    case SYS_capset:
+        return true;
+    default:
+        return false;
+    }
+}
+
 /* libseccomp and most runtimes install filters with syscall(SYS_seccomp).
  * libvsocket's own raw system calls bind here too (we are first in the
  * lookup order): a few instructions more, and no recursion, since the call
@@ -228,6 +250,14 @@ VS_EXPORT long syscall(long number, ...)
     for (int i = 0; i < 6; i++)
         a[i] = va_arg(ap, long);
     va_end(ap);
+    if (changes_creds(number)) {
+        vs_transports_before_creds();
+        long r = vs_real.syscall(number, a[0], a[1], a[2], a[3], a[4], a[5]);
+        int saved_errno = errno;
+        vs_transports_after_creds(r >= 0); /* setfsuid: the previous id */
+        errno = saved_errno;
+        return r;
+    }
     bool installs = (number == SYS_seccomp && seccomp_installs((unsigned long)a[0])) ||
                     (number == SYS_prctl && a[0] == PR_SET_SECCOMP);
     bool listener = number == SYS_seccomp && (a[1] & SECCOMP_FILTER_FLAG_NEW_LISTENER);

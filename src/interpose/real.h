@@ -78,6 +78,18 @@
     X(int, execv, (const char *, char *const[]))                                                   \
     X(int, execvp, (const char *, char *const[]))                                                  \
     X(int, prctl, (int, ...))                                                                      \
+    X(int, setuid, (uid_t))                                                                        \
+    X(int, setgid, (gid_t))                                                                        \
+    X(int, seteuid, (uid_t))                                                                       \
+    X(int, setegid, (gid_t))                                                                       \
+    X(int, setreuid, (uid_t, uid_t))                                                               \
+    X(int, setregid, (gid_t, gid_t))                                                               \
+    X(int, setresuid, (uid_t, uid_t, uid_t))                                                       \
+    X(int, setresgid, (gid_t, gid_t, gid_t))                                                       \
+    X(int, setfsuid, (uid_t))                                                                      \
+    X(int, setfsgid, (gid_t))                                                                      \
+    X(int, setgroups, (size_t, const gid_t *))                                                     \
+    X(int, initgroups, (const char *, gid_t))                                                      \
     X(long, syscall, (long, ...))
 
 #define VS_REAL_FIELD(ret, name, params) ret(*name) params;

@@ -67,6 +67,20 @@ void vs_transports_leave_all(const char *reason)
         table[i]->leave_all(reason);
 }
 
+void vs_transports_before_creds(void)
+{
+    for (size_t i = 0; i < COUNT; i++)
+        if (table[i]->before_creds)
+            table[i]->before_creds();
+}
+
+void vs_transports_after_creds(bool changed)
+{
+    for (size_t i = 0; i < COUNT; i++)
+        if (table[i]->after_creds)
+            table[i]->after_creds(changed);
+}
+
 unsigned vs_transports_fds_short(void)
 {
     unsigned freed = 0;

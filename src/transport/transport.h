@@ -141,6 +141,10 @@ struct vs_transport_ops {
      * NULL. */
     void (*exec_failed)(void);
     void (*leave_all)(const char *reason);
+    /* The program is about to change its credentials (set*id, setgroups,
+     * capset), then did (CHANGED) or not. May be NULL. */
+    void (*before_creds)(void);
+    void (*after_creds)(bool changed);
     /* The program's socket or accept met EMFILE/ENFILE: descriptors held
      * for set-ups under way go back, and none starts for a while, so that
      * the program gets the descriptors the kernel would give it. Returns
@@ -159,6 +163,8 @@ void vs_transports_fork_failed(void);
 void vs_transports_before_exec(void);
 void vs_transports_exec_failed(void);
 void vs_transports_leave_all(const char *reason);
+void vs_transports_before_creds(void);
+void vs_transports_after_creds(bool changed);
 unsigned vs_transports_fds_short(void);
 
 #endif

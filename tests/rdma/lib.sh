@@ -14,7 +14,8 @@
 #                       Python scripts there), a list $pids of background
 #                       `vs_run ... &` subshells, and an EXIT trap that ends
 #                       them (and their programs), shows the logs in $tmp on
-#                       failure and removes $tmp
+#                       failure (the whole folder copied into $VS_CASE_KEEP if
+#                       set) and removes $tmp
 # expect_reason R       `vsocket stat --all` shows a connection with reason R
 set -euo pipefail
 
@@ -125,6 +126,8 @@ case_cleanup() {
       # text files only (a case keeps its random payloads there too)
       [ -f "$f" ] && grep -Iq . "$f" && { echo "--- $(basename "$f") (tail)"; tail -n 20 "$f"; }
     done
+    # VS_CASE_KEEP=DIR: the whole folder of a failed case kept there.
+    [ -z "${VS_CASE_KEEP:-}" ] || { mkdir -p "$VS_CASE_KEEP" && cp -r "$tmp" "$VS_CASE_KEEP/"; }
   fi
   rm -rf "$tmp"
 }

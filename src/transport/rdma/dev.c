@@ -18,6 +18,8 @@ static pthread_mutex_t cm_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct rdma_event_channel *channel;
 static bool tried, unusable;
 static const char *unusable_why;
+/* Set while the program changes its credentials, and for good after. */
+static const char *retired;
 
 static bool devices_present(void)
 {
@@ -64,8 +66,10 @@ struct rdma_event_channel *vs_rdma_dev_channel(const char **why)
         channel = open_channel(&unusable_why);
         unusable = !channel;
     }
-    struct rdma_event_channel *ch = channel;
-    if (!ch)
+    struct rdma_event_channel *ch = retired ? NULL : channel;
+    if (retired)
+        *why = retired;
+    else if (!ch)
         *why = unusable_why ? unusable_why : VS_REASON_NO_RDMA_DEVICE;
     pthread_mutex_unlock(&lock);
     return ch;
@@ -110,6 +114,23 @@ void vs_rdma_dev_events(void)
             rdma_destroy_id(copy.id); /* its listener is gone */
     }
     pthread_mutex_unlock(&cm_lock);
+}
+
+bool vs_rdma_dev_retire(const char *why)
+{
+    pthread_mutex_lock(&lock);
+    bool now = channel && !retired;
+    if (now)
+        retired = why;
+    pthread_mutex_unlock(&lock);
+    return now;
+}
+
+void vs_rdma_dev_unretire(void)
+{
+    pthread_mutex_lock(&lock);
+    retired = NULL;
+    pthread_mutex_unlock(&lock);
 }
 
 void vs_rdma_dev_fork_child(void)

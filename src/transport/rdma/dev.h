@@ -36,6 +36,16 @@ struct vs_rdma_event {
 void vs_rdma_dev_lock(void);
 void vs_rdma_dev_unlock(void);
 
+/* The program changes its credentials: the kernel refuses every command
+ * on a device file (uverbs, rdma_cm) opened before, to a process whose
+ * credentials changed since (ib_safe_file_access; even setuid to the same
+ * uid makes new credentials), and librdmacm keeps its device contexts for
+ * the life of the process. So no set-up starts from then on (*WHY).
+ * Whether this call retired it (open, and not retired before); unretire:
+ * the change failed. */
+bool vs_rdma_dev_retire(const char *why);
+void vs_rdma_dev_unretire(void);
+
 /* fork: librdmacm's state (device contexts, the event channel) belongs to
  * the parent; a child of a process that used it cannot use RDMA. */
 void vs_rdma_dev_fork_child(void);

@@ -20,6 +20,7 @@
  * goes on (settle_now), bounded. */
 #include <errno.h>
 #include <poll.h>
+#include <string.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -143,8 +144,10 @@ static int say_cut(struct vs_rdma_conn *c, uint64_t *from)
      * CUT the peer would go on reading its ring while we send on TCP. */
     if (rc == -EAGAIN && vs_rdma_wait_placed(c, LEAVE_NS))
         rc = vs_rdma_post_msg(c, &m);
-    if (rc < 0)
+    if (rc < 0) {
+        vs_debug("rdma: CUT not posted: %s", strerror(-rc));
         return -EAGAIN;
+    }
     vs_debug("rdma: CUT: we read %lu, resending ours from %lu", (unsigned long)m.a,
              (unsigned long)m.b);
     if (!vs_rdma_wait_placed(c, LEAVE_NS) && atomic_load(&c->broken))
@@ -227,6 +230,8 @@ static int take_cut(struct vs_rdma_conn *c)
         return -ECONNRESET;
     }
     c->rx_skip = c->rx_tail - from;
+    vs_debug("rdma: the peer's CUT: it resends from %lu, we read %lu: dropping %lu",
+             (unsigned long)from, (unsigned long)c->rx_tail, (unsigned long)c->rx_skip);
     atomic_store(&c->st.rx_back_on_tcp, true);
     return 0;
 }
@@ -352,8 +357,9 @@ void vs_rdma_revert(struct vs_rdma_conn *c, int fd, const char *reason)
     long start = vs_now_ns(), took = 0;
     uint64_t from = 0;
     int said = -EAGAIN;
-    if (vs_rdma_done(c) && !atomic_load(&c->broken) && fd >= 0 &&
-        !atomic_load(&c->st.tx_revert_pending)) {
+    bool must_say = vs_rdma_done(c) && !atomic_load(&c->broken) && fd >= 0 &&
+                    !atomic_load(&c->st.tx_revert_pending);
+    if (must_say) {
         said = say_cut(c, &from);
         took = vs_now_ns() - start;
     }
@@ -361,6 +367,14 @@ void vs_rdma_revert(struct vs_rdma_conn *c, int fd, const char *reason)
     if (said == 0) {
         resend(c, fd, from, 0, NULL, 0);
         atomic_store(&c->st.tx_back_on_tcp, true);
+    } else if (must_say && !atomic_load(&c->st.tx_revert_pending)) {
+        /* Untold, the peer would go on writing into a ring nobody reads,
+         * then resend on TCP what we had read: an end, not a wrong byte.
+         * (Found: a program that changed its credentials, which the
+         * device's files then refuse.) */
+        vs_warn("rdma: cannot tell the peer that this connection leaves rdma: ending it");
+        vs_real.shutdown(fd, SHUT_RDWR);
+        fd = -1;
     } else if (fd >= 0) {
         vs_rdma_answer_cut(c, fd, 0, NULL, 0);
     }

@@ -524,6 +524,31 @@ static void leave_all(const char *reason)
     vs_rdma_conn_each(leave_one, (void *)reason);
 }
 
+/* After the change, the device's files refuse us (dev.h): connections
+ * leave while they can still tell their peers (CUT). Soft-RoCE even rings
+ * its send doorbell through the device file: a connection that stayed
+ * could not send a byte more. */
+static _Atomic bool retiring;
+
+static void before_creds(void)
+{
+    /* Never opened: the first open will have the new credentials. */
+    if (!vs_rdma_dev_retire(VS_REASON_CREDS_CHANGED))
+        return;
+    atomic_store(&retiring, true);
+    vs_info("rdma: the program changes its credentials: its connections leave rdma, and new "
+            "ones stay on TCP");
+    leave_all(VS_REASON_CREDS_CHANGED);
+}
+
+/* A change that failed (a setgroups without the privilege) changed
+ * nothing: new connections may use the device again. */
+static void after_creds(bool changed)
+{
+    if (atomic_exchange(&retiring, false) && !changed)
+        vs_rdma_dev_unretire();
+}
+
 /* A young connection no call is inside (none can move bytes unclaimed):
  * the child holds it with us (forked.c). (list) */
 static bool share_young(struct vs_rdma_conn *c)
@@ -771,5 +796,7 @@ const struct vs_transport_ops vs_rdma_ops = {
     .fork_failed = fork_failed,
     .before_exec = before_exec,
     .leave_all = leave_all,
+    .before_creds = before_creds,
+    .after_creds = after_creds,
     .fds_short = vs_rdma_fds_short,
 };

@@ -31,6 +31,7 @@ port = $port
 address = $IP
 use chroot = no
 pid file = $tmp/rsyncd.pid
+log file = $tmp/rsyncd.log
 [src]
 path = $tmp/src
 read only = yes
@@ -42,19 +43,19 @@ read only = no
 uid = root
 gid = root
 EOF
-vs_run VSOCKET_LOG_LEVEL=info VSOCKET_LOG_FILE="$tmp/daemon-vs.log" \
+vs_run VSOCKET_LOG_LEVEL="${RSYNC_LOG_LEVEL:-info}" VSOCKET_LOG_FILE="$tmp/daemon-vs.log" \
   rsync --daemon --no-detach --config="$tmp/rsyncd.conf" >"$tmp/daemon.log" 2>&1 &
 pids+=($!)
 wait_port "$port"
 on_rdma=0
 for i in $(seq "$runs"); do
   rm -rf "$tmp/pulled"
-  vs_run VSOCKET_LOG_LEVEL=info VSOCKET_LOG_FILE="$tmp/client$i.log" \
+  vs_run VSOCKET_LOG_LEVEL="${RSYNC_LOG_LEVEL:-info}" VSOCKET_LOG_FILE="$tmp/client$i.log" \
     rsync -a "rsync://$IP:$port/src/" "$tmp/pulled/" ||
     { echo "FAIL: pull $i exited $?"; cat "$tmp/daemon.log"; exit 1; }
   diff -r "$tmp/src" "$tmp/pulled" >/dev/null || { echo "FAIL: pull $i: the trees differ"; exit 1; }
   [ "${RSYNC_PUSH:-1}" = 1 ] || continue
-  vs_run VSOCKET_LOG_LEVEL=info VSOCKET_LOG_FILE="$tmp/push$i.log" \
+  vs_run VSOCKET_LOG_LEVEL="${RSYNC_LOG_LEVEL:-info}" VSOCKET_LOG_FILE="$tmp/push$i.log" \
     rsync -a "$tmp/src/" "rsync://$IP:$port/dst/p$i/" || { echo "FAIL: push $i exited $?"; exit 1; }
   diff -r "$tmp/src" "$tmp/pushed/p$i" >/dev/null || { echo "FAIL: push $i: the trees differ"; exit 1; }
   grep -q "upgraded to rdma" "$tmp/client$i.log" 2>/dev/null && on_rdma=$((on_rdma + 1))
