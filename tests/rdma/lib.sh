@@ -129,5 +129,7 @@ case_cleanup() {
     # VS_CASE_KEEP=DIR: the whole folder of a failed case kept there.
     [ -z "${VS_CASE_KEEP:-}" ] || { mkdir -p "$VS_CASE_KEEP" && cp -r "$tmp" "$VS_CASE_KEEP/"; }
   fi
-  rm -rf "$tmp"
+  # A daemon's own children (rsync's per connection) may still be writing
+  # their logs for a moment after it was stopped.
+  rm -rf "$tmp" 2>/dev/null || { sleep 2; rm -rf "$tmp" || true; }
 }
