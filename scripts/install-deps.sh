@@ -18,7 +18,10 @@ test_pkgs=(iperf3 sockperf redis-server redis-tools nginx-light wrk curl memcach
 # clang 14 and its runtimes (libclang_rt.fuzzer, i.e. libFuzzer, is in libclang-rt-14-dev);
 # llvm-14 for llvm-cov and llvm-profdata (tests/fuzz/coverage.sh).
 fuzz_pkgs=(clang libclang-rt-14-dev llvm-14)
-guest_pkgs=(qemu-system-x86 rdmacm-utils perftest kmod busybox-static cpio iproute2 xz-utils jq)
+# default-jdk-headless: tests/rdma/cases/java.sh (a JVM program on RDMA, issue 21),
+# its class compiled on the host by the build.
+guest_pkgs=(qemu-system-x86 rdmacm-utils perftest kmod busybox-static cpio iproute2 xz-utils jq
+            default-jdk-headless)
 
 # Python packages of the compatibility suite's gRPC cases (tests/compat/test_grpc.py),
 # pinned, from PyPI, in a venv of Debian's python3 (Debian 12's own python3-grpcio is
