@@ -77,6 +77,19 @@ wait_file() {
   return 1
 }
 
+# client_verdict PID LOG RELEASE   lets go a client that keeps its connections
+#                       busy until RELEASE exists, waits for it, shows LOG;
+#                       fails unless it exited 0 having printed a line PASS
+client_verdict() {
+  local pid=$1 log=$2 rc=0
+  touch "$3"
+  wait "$pid" || rc=$?
+  cat "$log"
+  [ "$rc" = 0 ] && grep -qx PASS "$log" && return 0
+  echo "FAIL: the client exited $rc"
+  return 1
+}
+
 # wait_grep PATTERN FILE [S]   until FILE has a line matching PATTERN (ERE)
 wait_grep() {
   local pat=$1 f=$2 limit=${3:-120} i

@@ -89,11 +89,7 @@ wait_grep "credentials changed" "$tmp/server.log"
 touch "$tmp/after"
 wait_grep '^(PASS|FAIL)$' "$tmp/client.log" 300
 out=$("$TOOL" stat --all 2>/dev/null || true)
-touch "$tmp/release"
-rc=0
-wait "$cli" || rc=$?
-cat "$tmp/client.log"
-{ [ "$rc" = 0 ] && grep -qx PASS "$tmp/client.log"; } || { echo "FAIL: client exit $rc"; exit 1; }
+client_verdict "$cli" "$tmp/client.log" "$tmp/release" || exit 1
 n=$(grep -c -- credentials-changed <<<"$out" || true)
 [ "$n" -ge 2 ] || { echo "FAIL: $n server ends with reason credentials-changed, expected 2:"; echo "$out"; exit 1; }
 echo "$out"

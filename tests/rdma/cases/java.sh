@@ -25,10 +25,6 @@ pids+=("$cli")
 wait_grep '^(PASS|FAIL)$' "$tmp/client.log" 600
 rows=0
 expect_rdma_rows 2 || rows=1
-touch "$tmp/release"
-rc=0
-wait "$cli" || rc=$?
-cat "$tmp/client.log"
-{ [ "$rc" = 0 ] && grep -qx PASS "$tmp/client.log"; } || { echo "FAIL: client exit $rc"; exit 1; }
+client_verdict "$cli" "$tmp/client.log" "$tmp/release" || exit 1
 [ "$rows" = 0 ] || { echo "FAIL: the JVM's connection is not on rdma at both ends"; "$TOOL" stat --all; exit 1; }
 echo "PASS: a JVM echo on rdma at both ends"

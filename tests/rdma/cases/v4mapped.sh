@@ -97,10 +97,6 @@ for _ in $(seq 400); do
 done
 rows=0
 expect_rdma_rows 4 || rows=1
-touch "$tmp/release"
-rc=0
-wait "$cli" || rc=$?
-cat "$tmp/client.log"
-{ [ "$rc" = 0 ] && grep -qx PASS "$tmp/client.log"; } || { echo "client failed (exit $rc)"; exit 1; }
+client_verdict "$cli" "$tmp/client.log" "$tmp/release" || exit 1
 [ "$rows" = 0 ] || { "$TOOL" stat --all; exit 1; }
 echo "v4-mapped connections on rdma"
