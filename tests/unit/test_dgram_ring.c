@@ -8,18 +8,11 @@
 
 #include "check.h"
 #include "memory/dgram_ring.h"
+#include "ring_pair.h"
 
 static int pair(struct vs_ring *p, struct vs_ring *c, uint64_t window, uint64_t most)
 {
-    if (vs_ring_create(p, vs_ring_size_for(window, most, 0), VS_RING_PRODUCER) != 0)
-        return -1;
-    int fd = dup(p->fd);
-    if (vs_ring_attach(c, fd, VS_RING_CONSUMER) != 0) {
-        close(fd);
-        vs_ring_destroy(p);
-        return -1;
-    }
-    return 0;
+    return pair_sized(p, c, vs_ring_size_for(window, most, 0));
 }
 
 static void fill(uint8_t *buf, size_t len, unsigned seed)

@@ -19,6 +19,7 @@
 #include "check.h"
 #include "memory/copy.h"
 #include "memory/ring.h"
+#include "ring_pair.h"
 
 #if defined(__has_include)
 #if __has_include(<valgrind/valgrind.h>)
@@ -112,20 +113,6 @@ static ssize_t read1(struct vs_ring *r, void *p, size_t n, int flags)
 static struct vs_ring_size fixed(uint64_t capacity)
 {
     return vs_ring_size_for(capacity, capacity, 0);
-}
-
-/* A producer and a consumer on one ring of geometry SIZE, in this process. */
-static int pair_sized(struct vs_ring *p, struct vs_ring *c, struct vs_ring_size size)
-{
-    if (vs_ring_create(p, size, VS_RING_PRODUCER) != 0)
-        return -1;
-    int fd = dup(p->fd);
-    if (vs_ring_attach(c, fd, VS_RING_CONSUMER) != 0) {
-        close(fd);
-        vs_ring_destroy(p);
-        return -1;
-    }
-    return 0;
 }
 
 static int pair(struct vs_ring *p, struct vs_ring *c, uint64_t capacity)

@@ -1,5 +1,6 @@
 /* peers.c - a UDP socket's table of peers (peers.h). */
 #include "transport/dgram/peers.h"
+#include "transport/dgram/proto.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -60,26 +61,6 @@ uint32_t vs_udp_peers_count(const struct vs_udp_peers *t)
     return t->count;
 }
 
-/* The key of an address: 16 bytes (IPv4 v4-mapped) and the port. */
-static bool key_of(const struct sockaddr_storage *ss, uint8_t addr[16], uint16_t *port)
-{
-    if (ss->ss_family == AF_INET) {
-        const struct sockaddr_in *in = (const void *)ss;
-        memset(addr, 0, 10);
-        addr[10] = addr[11] = 0xff;
-        memcpy(addr + 12, &in->sin_addr, 4);
-        *port = ntohs(in->sin_port);
-        return true;
-    }
-    if (ss->ss_family == AF_INET6) {
-        const struct sockaddr_in6 *in6 = (const void *)ss;
-        memcpy(addr, &in6->sin6_addr, 16);
-        *port = ntohs(in6->sin6_port);
-        return true;
-    }
-    return false;
-}
-
 /* A seeded mix of the key (splitmix64's finaliser over its words): peers
  * choose their ports, not where they land. */
 static uint32_t bucket(const struct vs_udp_peers *t, const uint8_t addr[16], uint16_t port)
@@ -116,7 +97,7 @@ int vs_udp_peers_find(const struct vs_udp_peers *t, const struct sockaddr_storag
 {
     uint8_t a[16];
     uint16_t port;
-    if (!key_of(addr, a, &port))
+    if (!vs_udp_addr_key(addr, a, &port))
         return -1;
     uint32_t e = index_of(t)[probe(t, a, port)];
     return e == EMPTY ? -1 : (int)e - 1;
@@ -126,7 +107,7 @@ int vs_udp_peers_add(struct vs_udp_peers *t, const struct sockaddr_storage *addr
 {
     uint8_t a[16];
     uint16_t port;
-    if (!key_of(addr, a, &port))
+    if (!vs_udp_addr_key(addr, a, &port))
         return -EAFNOSUPPORT;
     uint32_t *ix = index_of(t);
     uint32_t b = probe(t, a, port);

@@ -37,9 +37,7 @@ static bool all_zero(const uint8_t *p, size_t n)
     return any == 0;
 }
 
-/* An address's 16 bytes, IPv4 v4-mapped, and its port; false for another
- * family. */
-static bool addr_bytes(const struct sockaddr_storage *ss, uint8_t out[16], uint16_t *port)
+bool vs_udp_addr_key(const struct sockaddr_storage *ss, uint8_t out[16], uint16_t *port)
 {
     if (ss->ss_family == AF_INET) {
         const struct sockaddr_in *in = (const void *)ss;
@@ -66,7 +64,7 @@ static bool v4_mapped(const uint8_t a[16])
 static bool put_addr(uint8_t *p, const struct sockaddr_storage *ss)
 {
     uint16_t port;
-    if (!addr_bytes(ss, p + 4, &port))
+    if (!vs_udp_addr_key(ss, p + 4, &port))
         return false;
     put16(p, ss->ss_family == AF_INET ? 2 : 10);
     put16(p + 2, port);
@@ -208,7 +206,7 @@ static bool names_bound(const struct sockaddr_storage *to, const struct sockaddr
 {
     uint8_t t[16], b[16];
     uint16_t tport, bport;
-    if (!addr_bytes(to, t, &tport) || !addr_bytes(bound, b, &bport) || tport != bport)
+    if (!vs_udp_addr_key(to, t, &tport) || !vs_udp_addr_key(bound, b, &bport) || tport != bport)
         return false;
     if (all_zero(b, 16))
         return true;

@@ -127,6 +127,10 @@ size_t vs_udp_head_encode(const struct vs_udp_head *h, uint8_t *buf);
 enum vs_udp_verdict vs_udp_head_parse(const uint8_t *buf, size_t len, size_t payload_max,
                                       struct vs_udp_head *out, size_t *payload);
 
+/* An address as the wire and the peer table key it: 16 bytes of IPv6
+ * (IPv4 v4-mapped) and the port (host order); false for another family. */
+bool vs_udp_addr_key(const struct sockaddr_storage *ss, uint8_t addr[16], uint16_t *port);
+
 /* Equal in time that does not depend on where they differ. */
 bool vs_udp_token_equal(const uint8_t a[VS_UDP_NONCE], const uint8_t b[VS_UDP_NONCE]);
 
