@@ -136,7 +136,7 @@ def run_nginx(runner, servers, tmp_path, sendfile, client, user=None, with_wrk=N
                         runner, port=port)
     master, workers = wait_workers(srv, d / "nginx.pid")
     if user:
-        uids = {w: _uid(w) for w in workers}
+        uids = wait_dropped(workers, pwd.getpwnam(user).pw_uid)
         assert set(uids.values()) == {pwd.getpwnam(user).pw_uid} and _uid(master) == 0, \
             f"[{runner}] master {master} uid {_uid(master)}, workers' uids {uids}: want 0 and {user}"
     base = f"http://127.0.0.1:{port}"
@@ -205,6 +205,19 @@ def run_nginx(runner, servers, tmp_path, sendfile, client, user=None, with_wrk=N
     assert not [ln for ln in access if '" 200 ' not in ln and "/missing" not in ln], \
         f"[{runner}] unexpected statuses in access.log"
     return got
+
+
+def wait_dropped(workers, uid, timeout=15):
+    """{worker: uid} once every worker runs as UID, or as they are at the
+    deadline (a bound only a hang reaches). A worker is forked as root and
+    drops its privileges in its own start-up: seen under load, a worker
+    still root when the test looked."""
+    deadline = time.monotonic() + T(timeout)
+    while True:
+        uids = {w: _uid(w) for w in workers}
+        if set(uids.values()) == {uid} or time.monotonic() >= deadline:
+            return uids
+        time.sleep(0.05)
 
 
 def _uid(pid):
