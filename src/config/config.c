@@ -59,6 +59,7 @@ void vs_config_defaults(struct vs_config *c)
     c->rdma_inline = VS_RDMA_INLINE_DEFAULT;
     c->rdma_peer_cache_s = VS_RDMA_PEER_CACHE_S_DEFAULT;
     c->rdma_zcopy = VS_RDMA_ZCOPY_DEFAULT;
+    c->rdma_spill_ms = VS_RDMA_SPILL_MS_DEFAULT;
 }
 
 void vs_config_format_transports(unsigned mask, char *out, size_t outlen)
@@ -341,6 +342,7 @@ static void load_rdma(struct vs_config *c)
     load_uint("VSOCKET_RDMA_PEER_CACHE_S", 0, VS_RDMA_PEER_CACHE_S_MAX, &c->rdma_peer_cache_s);
     load_uint("VSOCKET_RDMA_ZCOPY", 0, VS_RDMA_ZCOPY_MAX, &c->rdma_zcopy);
     load_bool("VSOCKET_RDMA_FORK_LEAVE", &c->rdma_fork_leave);
+    load_uint("VSOCKET_RDMA_SPILL_MS", 1, VS_RDMA_SPILL_MS_MAX, &c->rdma_spill_ms);
 }
 
 /* Before the log file, which is one of our descriptors; a bad value is

@@ -60,6 +60,10 @@ enum vs_peer_policy { VS_PEERS_ANY, VS_PEERS_SAME_UID, VS_PEERS_LIST };
  * (RDMA READ) instead of copied; 0 turns it off. bench/RESULTS.md: sweep. */
 #define VS_RDMA_ZCOPY_DEFAULT (1ul << 20)
 #define VS_RDMA_ZCOPY_MAX (1ul << 30)
+/* A blocking send that found the peer's ring full this long leaves RDMA for
+ * TCP (leave.c: the program may rely on the kernel's buffers). */
+#define VS_RDMA_SPILL_MS_DEFAULT 200ul
+#define VS_RDMA_SPILL_MS_MAX 600000ul
 #define VS_RDMA_PEER_CACHE_S_DEFAULT 60ul
 #define VS_RDMA_PEER_CACHE_S_MAX 86400ul
 /* VSOCKET_FD_FLOOR: where vsocket's own descriptors go (core/ownfd.h). */
@@ -89,6 +93,7 @@ struct vs_config {
     unsigned long rdma_peer_cache_s; /* VSOCKET_RDMA_PEER_CACHE_S */
     unsigned long rdma_zcopy;        /* VSOCKET_RDMA_ZCOPY, bytes; 0: never */
     bool rdma_fork_leave;            /* VSOCKET_RDMA_FORK_LEAVE: leave RDMA before fork */
+    unsigned long rdma_spill_ms;     /* VSOCKET_RDMA_SPILL_MS: a stalled writer leaves RDMA */
 };
 
 extern struct vs_config vs_config;

@@ -40,9 +40,11 @@ static void test_load_valid(void)
     setenv("VSOCKET_STATS_DIR", "/tmp", 1);
     setenv("VSOCKET_FOLLOW_EXEC", "no", 1);
     setenv("VSOCKET_FD_FLOOR", "0", 1);
+    setenv("VSOCKET_RDMA_SPILL_MS", "5000", 1);
     struct vs_config c;
     vs_config_load(&c);
     CHECK_EQ(c.fd_floor, 0);
+    CHECK_EQ(c.rdma_spill_ms, 5000);
     CHECK(c.transports_set);
     CHECK_EQ(c.log_level, VS_LOG_NONE);
     CHECK(!c.stats);
@@ -60,6 +62,7 @@ static void test_load_invalid(void)
     setenv("VSOCKET_STATS_MAX", "12abc", 1);
     setenv("VSOCKET_FOLLOW_EXEC", "", 1);
     setenv("VSOCKET_FD_FLOOR", "-1", 1);
+    setenv("VSOCKET_RDMA_SPILL_MS", "0", 1);
     struct vs_config c, d;
     vs_config_load(&c);
     vs_config_defaults(&d);
@@ -70,6 +73,7 @@ static void test_load_invalid(void)
     CHECK_EQ(c.stats, d.stats);
     CHECK_EQ(c.stats_max, d.stats_max);
     CHECK_EQ(c.follow_exec, d.follow_exec);
+    CHECK_EQ(c.rdma_spill_ms, VS_RDMA_SPILL_MS_DEFAULT);
 
     const char *out_of_range[] = {"0", "15", "1048577", "-5", "99999999999999999999", ""};
     for (size_t i = 0; i < sizeof(out_of_range) / sizeof(*out_of_range); i++) {

@@ -27,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "config/config.h"
 #include "config/log.h"
 #include "core/clock.h"
 #include "core/reason.h"
@@ -38,14 +39,19 @@
 /* How long a step of leaving waits for the peer's memory or bytes: long
  * enough for a slow peer, bounded for a dead one. */
 #define LEAVE_NS 5000000000L
-/* A blocking send that found the peer's ring full this long leaves RDMA
- * for TCP: the peer is not reading, and the program may rely on the
- * kernel's buffers (megabytes) where the ring holds VSOCKET_RDMA_RING. */
-#define SPILL_NS 200000000L
+/* A blocking send that found the peer's ring full VSOCKET_RDMA_SPILL_MS
+ * leaves RDMA for TCP: the peer is not reading, and the program may rely on
+ * the kernel's buffers (megabytes) where the ring holds VSOCKET_RDMA_RING. */
+static long spill_ns(void)
+{
+    return (long)vs_config.rdma_spill_ms * 1000000L;
+}
+
 /* How long an end leaving for good waits for a CUT that may cross its own,
- * when the peer may be a writer stalled on us (then its 200 ms are up any
- * moment); otherwise twice its own CUT's round trip, at least this. */
-#define CROSS_WAIT_NS 1000000000L
+ * when the peer may be a writer stalled on us (then its spill time is up
+ * any moment: that, and 800 ms for its CUT to come, as the peer's setting
+ * is ours); otherwise twice its own CUT's round trip, at least this. */
+#define CROSS_MARGIN_NS 800000000L
 #define CROSS_MIN_NS 1000000L
 
 /* ---------------------------------------------------------------- resend */
@@ -182,7 +188,7 @@ bool vs_rdma_stalled(struct vs_rdma_conn *c)
 {
     long since = atomic_load(&c->tx_stall_ns);
     return since && vs_rdma_peer_tail(c) == atomic_load(&c->tx_stall_tail) &&
-           vs_now_ns() - since > SPILL_NS;
+           vs_now_ns() - since > spill_ns();
 }
 
 int vs_rdma_spill(struct vs_rdma_conn *c, int fd, uint64_t zpos, const void *zbuf, size_t zlen)
@@ -203,8 +209,8 @@ int vs_rdma_spill(struct vs_rdma_conn *c, int fd, uint64_t zpos, const void *zbu
         return 0;
     if (rc < 0)
         return rc;
-    vs_info("rdma: the peer has not read for %ld ms: the rest of this connection goes on TCP",
-            SPILL_NS / 1000000);
+    vs_info("rdma: the peer has not read for %lu ms: the rest of this connection goes on TCP",
+            vs_config.rdma_spill_ms);
     /* Resent before the connection is marked gone: until then other
      * senders wait for the send lock instead of overtaking on TCP. */
     rc = resend(c, fd, from, zpos, zbuf, zlen);
@@ -379,7 +385,7 @@ void vs_rdma_revert(struct vs_rdma_conn *c, int fd, const char *reason)
         vs_rdma_answer_cut(c, fd, 0, NULL, 0);
     }
     if (fd >= 0) {
-        long cross_ns = peer_may_leave(c) ? CROSS_WAIT_NS : 2 * took;
+        long cross_ns = peer_may_leave(c) ? spill_ns() + CROSS_MARGIN_NS : 2 * took;
         settle_now(c, fd, cross_ns > CROSS_MIN_NS ? cross_ns : CROSS_MIN_NS);
     }
     pthread_mutex_lock(&c->ctl_lock);

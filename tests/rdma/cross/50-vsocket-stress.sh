@@ -7,9 +7,13 @@ set -euo pipefail
 . "$CROSS_LIB"
 # shellcheck source=/dev/null
 . tests/rdma/lib.sh
+# The case needs its connections to stay on RDMA; an emulated reader that
+# pauses 200 ms (the guest busy with `vsocket stat`) would make a streaming
+# writer leave for TCP (left-for-buffering: correct, but not what is tested).
+SPILL_MS=10000
 port=7600
 if [ "$VSG_ROLE" = A ]; then
-  vs_run "$STRESS" server --port $port --bind "$A_IP" >/tmp/x-srv.log 2>&1 &
+  vs_run VSOCKET_RDMA_SPILL_MS=$SPILL_MS "$STRESS" server --port $port --bind "$A_IP" >/tmp/x-srv.log 2>&1 &
   srv=$!
   trap 'kill $srv 2>/dev/null || true' EXIT
   wait_port $port
@@ -22,7 +26,7 @@ if [ "$VSG_ROLE" = A ]; then
   exit 0
 fi
 barrier started 60
-vs_run "$STRESS" client --host "$A_IP" --port $port --mode all --conns 2 --udp-flows 0 \
+vs_run VSOCKET_RDMA_SPILL_MS=$SPILL_MS "$STRESS" client --host "$A_IP" --port $port --mode all --conns 2 --udp-flows 0 \
   --messages 20 --max-size 256K --seconds 250 >/tmp/x-cli.log 2>&1 &
 cli=$!
 barrier running 120

@@ -9,9 +9,13 @@ set -euo pipefail
 . "$CROSS_LIB"
 # shellcheck source=/dev/null
 . tests/rdma/lib.sh
+# The case needs its connections to stay on RDMA; an emulated reader that
+# pauses 200 ms (the guest busy with `vsocket stat`) would make a streaming
+# writer leave for TCP (left-for-buffering: correct, but not what is tested).
+SPILL_MS=10000
 port=7650
 if [ "$VSG_ROLE" = B ]; then
-  vs_run python3 -c '
+  vs_run VSOCKET_RDMA_SPILL_MS=$SPILL_MS python3 -c '
 import socket, sys
 l = socket.create_server((sys.argv[1], int(sys.argv[2])))
 c, _ = l.accept()
@@ -28,7 +32,7 @@ while c.recv(1 << 16):
   exit 1 # not reached: the guest is gone
 fi
 barrier server-started 60
-vs_run python3 -c '
+vs_run VSOCKET_RDMA_SPILL_MS=$SPILL_MS python3 -c '
 import socket, sys, time
 s = socket.create_connection((sys.argv[1], int(sys.argv[2])))
 buf = b"x" * 65536
