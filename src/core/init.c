@@ -10,7 +10,7 @@
 #include "core/sandbox.h"
 #include "core/sock.h"
 #include "transport/transport.h"
-#include "interpose/real.h"
+#include "base/real.h"
 #include "readiness/epoll.h"
 #include "readiness/wait_common.h"
 

@@ -3,13 +3,13 @@
 
 #include <fcntl.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "config/log.h"
 #include "core/fdtable.h"
 #include "core/reason.h"
 #include "readiness/epoll.h"
+#include "base/syscall.h"
 #include "transport/transport.h"
 
 _Atomic bool vs_sandbox_on;
@@ -20,11 +20,11 @@ _Atomic bool vs_sandbox_on;
 static int seccomp_mode(void)
 {
     char buf[8192];
-    int fd = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/status", O_RDONLY | O_CLOEXEC);
+    int fd = (int)vs_syscall(SYS_openat, AT_FDCWD, "/proc/self/status", O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return 0; /* no /proc (a chroot): cannot know */
-    ssize_t n = syscall(SYS_read, fd, buf, sizeof(buf) - 1);
-    syscall(SYS_close, fd);
+    ssize_t n = vs_syscall(SYS_read, fd, buf, sizeof(buf) - 1);
+    vs_syscall(SYS_close, fd);
     if (n <= 0)
         return 0;
     buf[n] = '\0';

@@ -16,7 +16,7 @@
 
 #include "core/exec_env.h"
 #include "core/init.h"
-#include "interpose/real.h"
+#include "base/real.h"
 #include "transport/transport.h"
 
 VS_EXPORT pid_t fork(void)

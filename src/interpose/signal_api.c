@@ -2,7 +2,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 
-#include "interpose/real.h"
+#include "base/real.h"
 #include "interpose/signals.h"
 
 /* Bit N: signal N has a handler installed without SA_RESTART. */

@@ -4,13 +4,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/syscall.h>
 #include <sys/time.h>
 #include <unistd.h>
 
 #include "core/clock.h"
-#include "interpose/real.h"
+#include "base/real.h"
 #include "interpose/signals.h"
+#include "base/syscall.h"
 #include "transport/stream.h"
 
 size_t vs_iov_total(const struct iovec *iov, size_t cnt)
@@ -45,7 +45,7 @@ int vs_iov_window(const struct iovec *in, int cnt, size_t skip, uint64_t limit, 
 
 bool vs_fd_nonblocking(int fd)
 {
-    long fl = syscall(SYS_fcntl, fd, F_GETFL);
+    long fl = vs_syscall(SYS_fcntl, fd, F_GETFL);
     return fl >= 0 && (fl & O_NONBLOCK);
 }
 
@@ -72,7 +72,7 @@ long vs_blocking_left(struct vs_blocking *b, int fd)
 void vs_raise_sigpipe(int flags)
 {
     if (!(flags & MSG_NOSIGNAL))
-        syscall(SYS_tgkill, getpid(), (pid_t)syscall(SYS_gettid), SIGPIPE);
+        vs_syscall(SYS_tgkill, getpid(), (pid_t)vs_syscall(SYS_gettid), SIGPIPE);
 }
 
 /* What the kernel says of the TCP socket once the data moved to the rings:

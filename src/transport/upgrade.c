@@ -2,11 +2,11 @@
 #include "transport/upgrade.h"
 
 #include <sys/ioctl.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "config/config.h"
 #include "core/clock.h"
+#include "base/syscall.h"
 
 void vs_upgrade_init(struct vs_upgrade *u)
 {
@@ -54,7 +54,7 @@ void vs_upgrade_messages(struct vs_upgrade *u)
 static uint64_t bytes_in(struct vs_stream *st, int fd)
 {
     int queued = 0;
-    if (syscall(SYS_ioctl, fd, FIONREAD, &queued) < 0 || queued < 0)
+    if (vs_syscall(SYS_ioctl, fd, FIONREAD, &queued) < 0 || queued < 0)
         queued = 0;
     return __atomic_load_n(&st->tcp_rx, __ATOMIC_RELAXED) + (uint64_t)queued;
 }

@@ -9,7 +9,7 @@
 #include "core/ownfd.h"
 #include "core/reason.h"
 #include "config/stats.h"
-#include "interpose/real.h"
+#include "base/real.h"
 #include "transport/rdma/conn.h"
 #include "transport/rdma/dev.h"
 

@@ -14,7 +14,7 @@
 
 #include "config/log.h"
 #include "core/ownfd.h"
-#include "interpose/real.h"
+#include "base/real.h"
 #include "readiness/epoll.h"
 #include "transport/rdma/conn.h"
 #include "transport/rdma/cq.h"

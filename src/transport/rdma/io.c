@@ -10,7 +10,6 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/ioctl.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <linux/sockios.h>
@@ -19,7 +18,8 @@
 #include "config/log.h"
 #include "core/clock.h"
 #include "core/reason.h"
-#include "interpose/real.h"
+#include "base/real.h"
+#include "base/syscall.h"
 #include "transport/rdma/conn.h"
 #include "transport/rdma/rdma.h"
 #include "transport/stream_io.h"
@@ -161,7 +161,7 @@ int vs_rdma_wait(struct vs_rdma_conn *c, int fd, short tcp_events, struct vs_blo
     if (nap)
         left = slice;
     struct timespec ts = {.tv_sec = left / 1000000000L, .tv_nsec = left % 1000000000L};
-    int rc = (int)syscall(SYS_ppoll, p, n, &ts, NULL, _NSIG / 8);
+    int rc = (int)vs_syscall(SYS_ppoll, p, n, &ts, NULL, _NSIG / 8);
     int err = errno;
     vs_spin_woke();
     atomic_fetch_sub(&c->sleepers, 1);
@@ -719,7 +719,7 @@ bool vs_rdma_ioctl(struct vs_sock *s, int fd, unsigned long req, int *value)
     vs_rdma_copy_use(c, fd);
     if (req == FIONREAD && c->rx_skip) {
         int q = 0; /* the kernel's count holds bytes we read on the ring */
-        syscall(SYS_ioctl, fd, FIONREAD, &q);
+        vs_syscall(SYS_ioctl, fd, FIONREAD, &q);
         *value = (uint64_t)q > c->rx_skip ? q - (int)c->rx_skip : 0;
         return true;
     }
@@ -734,7 +734,7 @@ bool vs_rdma_ioctl(struct vs_sock *s, int fd, unsigned long req, int *value)
     if (req == SIOCOUTQ && vs_stream_tx_on_transport(&c->st)) {
         uint64_t n = c->tx_head - vs_rdma_peer_tail(c);
         int q = 0;
-        syscall(SYS_ioctl, fd, SIOCOUTQ, &q);
+        vs_syscall(SYS_ioctl, fd, SIOCOUTQ, &q);
         *value = (int)(n > INT32_MAX ? INT32_MAX : n) + q;
         return true;
     }

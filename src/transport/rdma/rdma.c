@@ -17,7 +17,7 @@
 #include "core/ownfd.h"
 #include "core/reason.h"
 #include <fcntl.h>
-#include "interpose/real.h"
+#include "base/real.h"
 #include "transport/rdma/conn.h"
 #include "transport/rdma/dev.h"
 #include "transport/rdma/ops.h"

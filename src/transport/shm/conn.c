@@ -7,7 +7,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -18,7 +17,8 @@
 #include "core/ownfd.h"
 #include "core/reason.h"
 #include "core/sock.h"
-#include "interpose/real.h"
+#include "base/real.h"
+#include "base/syscall.h"
 #include "transport/shm/conn.h"
 #include "transport/shm/ops.h"
 #include "transport/shm/proto.h"
@@ -319,7 +319,7 @@ static void leave_one(int fd, struct vs_sock *s, void *arg)
     if (s->ops != &vs_shm_ops || !c)
         return;
     if (how->inherited_only) {
-        long fl = syscall(SYS_fcntl, fd, F_GETFD);
+        long fl = vs_syscall(SYS_fcntl, fd, F_GETFD);
         if (fl < 0 || (fl & FD_CLOEXEC))
             return;
     }
@@ -333,7 +333,7 @@ static void mark_inherited(int fd, struct vs_sock *s, void *arg)
     (void)arg;
     if (s->ops != &vs_shm_ops || !s->conn)
         return;
-    long fl = syscall(SYS_fcntl, fd, F_GETFD);
+    long fl = vs_syscall(SYS_fcntl, fd, F_GETFD);
     if (fl < 0 || (fl & FD_CLOEXEC))
         return;
     for (size_t i = 0; i < held_count; i++)

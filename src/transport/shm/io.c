@@ -13,16 +13,16 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/ioctl.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <linux/sockios.h>
 
 #include "core/clock.h"
 #include "config/log.h"
-#include "interpose/real.h"
+#include "base/real.h"
 #include "interpose/signals.h"
 #include "readiness/wait_common.h"
+#include "base/syscall.h"
 #include "transport/shm/conn.h"
 #include "transport/shm/proto.h"
 #include "transport/shm/reclaim.h"
@@ -73,7 +73,7 @@ static int sleep_on(struct vs_shm_conn *c, int fd, struct vs_ring *ring, short t
             return 0;
         }
     }
-    int n = (int)syscall(SYS_ppoll, p, p[1].fd >= 0 ? 2 : 1, tsp, NULL, _NSIG / 8);
+    int n = (int)vs_syscall(SYS_ppoll, p, p[1].fd >= 0 ? 2 : 1, tsp, NULL, _NSIG / 8);
     int err = errno;
     vs_spin_woke();
     atomic_fetch_sub(&c->sleepers, 1);
@@ -313,7 +313,7 @@ static int finish_revert(struct vs_shm_conn *c, int fd)
                     continue;
                 if (errno == EAGAIN) {
                     struct pollfd p = {.fd = fd, .events = POLLOUT};
-                    syscall(SYS_ppoll, &p, 1, NULL, NULL, _NSIG / 8);
+                    vs_syscall(SYS_ppoll, &p, 1, NULL, NULL, _NSIG / 8);
                     continue;
                 }
                 return -errno;

@@ -5,15 +5,15 @@
 #include <poll.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "core/clock.h"
 #include "config/config.h"
 #include "config/log.h"
 #include "core/reason.h"
-#include "interpose/real.h"
+#include "base/real.h"
 #include "readiness/wait_common.h"
+#include "base/syscall.h"
 #include "transport/shm/conn.h"
 #include "transport/shm/ops.h"
 #include "transport/shm/reclaim.h"
@@ -220,7 +220,7 @@ static int tcp_revents_now(int fd, unsigned events)
 {
     struct pollfd p = {.fd = fd, .events = (short)events};
     struct timespec zero = {0, 0};
-    if (syscall(SYS_ppoll, &p, 1, &zero, NULL, _NSIG / 8) < 0)
+    if (vs_syscall(SYS_ppoll, &p, 1, &zero, NULL, _NSIG / 8) < 0)
         return 0;
     return p.revents;
 }

@@ -93,14 +93,16 @@ extern struct vs_real_table vs_real;
  * another library's constructor), from the first wrapper that runs. */
 void vs_real_init(void);
 
+extern int vs_real_resolved;
+
 /* Every interposed entry point starts with this: the table is complete after
  * it. A single relaxed load once the constructor has run. */
-#define VS_REAL_READY()                                                                            \
-    do {                                                                                           \
-        if (__builtin_expect(!vs_real_resolved, 0))                                                \
-            vs_real_init();                                                                        \
-    } while (0)
-extern int vs_real_resolved;
+static inline void vs_real_ready(void)
+{
+    if (__builtin_expect(!vs_real_resolved, 0))
+        vs_real_init();
+}
+#define VS_REAL_READY() vs_real_ready()
 
 /* In a process under a seccomp filter (core/sandbox.h) a wrapper is the
  * libc call alone: vsocket makes no system call of its own there. */
