@@ -15,7 +15,7 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
-#include "core/sandbox.h"
+#include "base/sandbox.h"
 
 /* X(return type, name, parameter list) for every interposed symbol. */
 #define VS_REAL_SYMBOLS(X)                                                                         \
@@ -104,7 +104,7 @@ static inline void vs_real_ready(void)
 }
 #define VS_REAL_READY() vs_real_ready()
 
-/* In a process under a seccomp filter (core/sandbox.h) a wrapper is the
+/* In a process under a seccomp filter (base/sandbox.h) a wrapper is the
  * libc call alone: vsocket makes no system call of its own there. */
 #define VS_PASS_IF_SANDBOXED(call)                                                                 \
     do {                                                                                           \

@@ -7,7 +7,7 @@
 #include "config/log.h"
 #include "config/stats.h"
 #include "core/exec_env.h"
-#include "core/sandbox.h"
+#include "base/sandbox.h"
 #include "core/sock.h"
 #include "transport/transport.h"
 #include "base/real.h"

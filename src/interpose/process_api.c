@@ -16,6 +16,7 @@
 
 #include "core/exec_env.h"
 #include "core/init.h"
+#include "interpose/filter.h"
 #include "base/real.h"
 #include "transport/transport.h"
 
@@ -180,7 +181,7 @@ VS_EXPORT int execle(const char *path, const char *arg, ...)
 }
 
 /* A seccomp filter is about to go in: vsocket steps aside first, while it
- * may still make calls of its own (core/sandbox.h). A failed installation
+ * may still make calls of its own (base/sandbox.h, interpose/filter.c). A failed installation
  * gives the process back to us. */
 #define INSTALL_FILTER(installs, positive_ok, call)                                                \
     do {                                                                                           \

@@ -223,7 +223,7 @@ static bool has_records(int epfd)
     return sets && (sets[epfd] || colds[epfd]);
 }
 
-/* In a sandboxed process (core/sandbox.h) a set without records of ours is
+/* In a sandboxed process (base/sandbox.h) a set without records of ours is
  * the kernel's alone. One that held records when the filter went in is
  * still translated: its kernel registrations carry our tags. */
 static bool pass_through(int epfd)

@@ -28,7 +28,7 @@ void vs_epoll_wake_shared(void);
 
 /* fork: the records' lock is held across it; the child forgets its
  * dormant records (the kernel sets are shared with the parent). */
-/* A seccomp filter goes in (core/sandbox.h): every record becomes the plain
+/* A seccomp filter goes in (base/sandbox.h): every record becomes the plain
  * kernel registration its user asked for, while we may still make calls,
  * and every set passes through from then on. */
 void vs_epoll_make_plain(void);

@@ -1,16 +1,11 @@
-/* sandbox.c - noticing a seccomp filter, and stepping aside for it. */
-#include "core/sandbox.h"
+/* sandbox.c - noticing a seccomp filter. */
+#include "base/sandbox.h"
 
 #include <fcntl.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "config/log.h"
-#include "core/fdtable.h"
-#include "core/reason.h"
-#include "readiness/epoll.h"
 #include "base/syscall.h"
-#include "transport/transport.h"
 
 _Atomic bool vs_sandbox_on;
 
@@ -42,27 +37,10 @@ void vs_sandbox_check_at_load(void)
         atomic_store(&vs_sandbox_on, true);
 }
 
-static void show_sandboxed(int fd, struct vs_sock *s, void *arg)
-{
-    (void)fd;
-    (void)arg;
-    s->transport = VS_TRANSPORT_KERNEL;
-    vs_stats_set_transport(s->stat, VS_TRANSPORT_KERNEL, VS_REASON_SANDBOXED);
-}
-
-bool vs_sandbox_enter(void)
+bool vs_sandbox_claim(void)
 {
     bool was = false;
-    if (!atomic_compare_exchange_strong(&vs_sandbox_on, &was, true))
-        return false;
-    /* From here on, new sockets and other threads' calls pass through; the
-     * connections already there leave while we may still make calls. */
-    /* Records first, while their watch fds are known: then leave. */
-    vs_epoll_make_plain();
-    vs_transports_leave_all(VS_REASON_SANDBOXED);
-    vs_fd_for_each(show_sandboxed, NULL);
-    vs_info("a seccomp filter goes in: from now on this process only passes calls on");
-    return true;
+    return atomic_compare_exchange_strong(&vs_sandbox_on, &was, true);
 }
 
 void vs_sandbox_enter_failed(void)
