@@ -9,7 +9,7 @@
 
 #include "core/clock.h"
 #include "base/real.h"
-#include "interpose/signals.h"
+#include "base/signals.h"
 #include "base/syscall.h"
 #include "transport/stream.h"
 

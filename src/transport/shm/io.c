@@ -20,7 +20,7 @@
 #include "core/clock.h"
 #include "config/log.h"
 #include "base/real.h"
-#include "interpose/signals.h"
+#include "base/signals.h"
 #include "readiness/wait_common.h"
 #include "base/syscall.h"
 #include "transport/shm/conn.h"
