@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "core/exec_env.h"
-#include "core/init.h"
+#include "interpose/init.h"
 #include "interpose/filter.h"
 #include "base/real.h"
 #include "transport/transport.h"
@@ -24,7 +24,7 @@ VS_EXPORT pid_t fork(void)
 {
     VS_REAL_READY();
     VS_PASS_IF_SANDBOXED(vs_real.fork());
-    /* vs_fork_prepare, _parent and _child run inside (core/init.c). */
+    /* vs_fork_prepare, _parent and _child run inside (interpose/init.c). */
     pid_t pid = vs_real.fork();
     int saved_errno = errno;
     if (pid < 0)

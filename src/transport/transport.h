@@ -129,7 +129,7 @@ struct vs_transport_ops {
     void (*release)(struct vs_sock *s);
 
     /* Process events, for every connection of the transport in this
-     * process. fork: in the order of vs_fork_prepare (core/init.c). exec:
+     * process. fork: in the order of vs_fork_prepare (interpose/init.c). exec:
      * connections the new image inherits leave for the kernel.
      * leave_all: every connection leaves (a seccomp filter goes in). */
     void (*fork_prepare)(void);

@@ -1,5 +1,6 @@
-/* init.c - what happens when libvsocket is loaded, at exit and at fork. */
-#include "core/init.h"
+/* init.c - what happens when libvsocket is loaded, at exit and at fork: the
+ * one place that calls every layer in turn, so it stands on top. */
+#include "interpose/init.h"
 
 #include <pthread.h>
 
