@@ -6,7 +6,7 @@
 
 #include "config/config.h"
 #include "tool/tool.h"
-#include "transport/transport.h"
+#include "core/transport_id.h"
 
 static void usage(FILE *out)
 {
