@@ -4,22 +4,33 @@
 
 #include <pthread.h>
 
+#include "base/real.h"
+#include "base/sandbox.h"
 #include "config/config.h"
 #include "config/log.h"
 #include "config/stats.h"
 #include "core/exec_env.h"
-#include "base/sandbox.h"
 #include "core/sock.h"
-#include "transport/transport.h"
-#include "base/real.h"
 #include "readiness/epoll.h"
 #include "readiness/wait_common.h"
+#include "transport/rdma/ops.h"
+#include "transport/shm/ops.h"
+#include "transport/transport.h"
+
+/* What only this floor may do: give the layers below the names above them.
+ * The transports, in order of preference, to the registry. */
+static void wire(void)
+{
+    vs_transports_register(&vs_shm_ops);
+    vs_transports_register(&vs_rdma_ops);
+}
 
 __attribute__((constructor)) static void vs_load(void)
 {
     /* First: under a filter, nothing below may make a call of its own. */
     vs_sandbox_check_at_load();
     vs_real_init();
+    wire();
     if (vs_sandboxed())
         return;
     vs_config_load(&vs_config);

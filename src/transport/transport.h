@@ -7,7 +7,9 @@
 #include "core/sock.h"
 #include "core/transport_ops.h"
 
-/* transport/registry.c: the transports built in, in order of preference. */
+/* transport/registry.c: the transports built in, in order of preference,
+ * each given once at load (interpose/init.c). */
+void vs_transports_register(const struct vs_transport_ops *ops);
 void vs_transports_offer_connect(struct vs_sock *s, int fd, const struct sockaddr *peer,
                                  socklen_t len);
 void vs_transports_offer_accept(struct vs_sock *s, int fd);
