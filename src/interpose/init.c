@@ -16,11 +16,19 @@
 #include "transport/rdma/ops.h"
 #include "transport/shm/ops.h"
 #include "transport/transport.h"
+#include "transport/wake.h"
 
 /* What only this floor may do: give the layers below the names above them.
- * The transports, in order of preference, to the registry. */
+ * The transports, in order of preference, to the registry; readiness's
+ * wake-ups to the transports. */
 static void wire(void)
 {
+    static const struct vs_wake_hooks epoll_hooks = {
+        .kick = vs_epoll_kick,
+        .phase_changed = vs_epoll_phase_changed,
+        .shared_read = vs_epoll_wake_shared,
+    };
+    vs_wake_set(&epoll_hooks);
     vs_transports_register(&vs_shm_ops);
     vs_transports_register(&vs_rdma_ops);
 }

@@ -21,7 +21,7 @@
 #include <rdma/rdma_cma.h>
 
 #include "core/sock.h"
-#include "readiness/epoll.h"
+#include "transport/wake.h"
 #include "transport/rdma/cq.h"
 #include "transport/rdma/proof.h"
 #include "transport/rdma/proto.h"
@@ -381,7 +381,7 @@ static inline void vs_rdma_pass_news_on(struct vs_rdma_conn *c)
 {
     void *cold = atomic_load(&c->cold_rec);
     if (cold)
-        vs_epoll_kick(cold);
+        vs_wake_kick(cold);
 }
 
 /* The connection's phase or readiness changed: readiness must look again,

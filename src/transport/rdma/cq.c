@@ -15,7 +15,7 @@
 #include "config/log.h"
 #include "core/ownfd.h"
 #include "base/real.h"
-#include "readiness/epoll.h"
+#include "transport/wake.h"
 #include "transport/rdma/conn.h"
 #include "transport/rdma/cq.h"
 
@@ -388,7 +388,7 @@ static void wake_others(struct vs_rdma_cqg *g)
     for (unsigned i = 0; i < g->nsleepers; i++)
         if (g->sleepers[i].owner != me && vs_ownfd_mine(g->sleepers[i].fd, g->sleepers[i].owner))
             (void)vs_real.write(g->sleepers[i].fd, &one, sizeof(one));
-    vs_epoll_wake_shared();
+    vs_wake_shared_read();
 }
 
 /* Q fired, which disarmed it: armed again if a connection on it is waited

@@ -17,7 +17,7 @@
 #include "core/sock.h"
 #include "memory/plock.h"
 #include "memory/ring.h"
-#include "readiness/epoll.h"
+#include "transport/wake.h"
 #include "transport/stream.h"
 #include "transport/upgrade.h"
 
@@ -142,7 +142,7 @@ static inline void vs_shm_pass_news_on(struct vs_shm_conn *c)
 {
     void *cold = atomic_load(&c->cold_rec);
     if (cold)
-        vs_epoll_kick(cold);
+        vs_wake_kick(cold);
 }
 
 /* The connection's phase or the peer's state changed (c->gen): readiness
@@ -151,7 +151,7 @@ static inline void vs_shm_bump(struct vs_shm_conn *c)
 {
     atomic_fetch_add(&c->gen, 1);
     vs_shm_pass_news_on(c);
-    vs_epoll_phase_changed();
+    vs_wake_phase_changed();
 }
 
 /* A descriptor of C (chan, rendezvous, rx.fd) as this process may use it:
