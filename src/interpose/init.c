@@ -12,7 +12,7 @@
 #include "core/exec_env.h"
 #include "core/sock.h"
 #include "readiness/epoll.h"
-#include "readiness/wait_common.h"
+#include "core/spin.h"
 #include "transport/rdma/ops.h"
 #include "transport/shm/ops.h"
 #include "transport/transport.h"

@@ -62,6 +62,7 @@
 #include <unistd.h>
 
 #include "core/clock.h"
+#include "core/spin.h"
 #include "config/log.h"
 #include "core/fdtable.h"
 #include "core/ownfd.h"

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "core/clock.h"
+#include "core/spin.h"
 #include "core/fdtable.h"
 #include "base/real.h"
 #include "readiness/wait_common.h"

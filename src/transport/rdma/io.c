@@ -23,7 +23,7 @@
 #include "transport/rdma/conn.h"
 #include "transport/rdma/rdma.h"
 #include "transport/stream_io.h"
-#include "readiness/wait_common.h"
+#include "core/spin.h"
 
 /* How long close and shutdown wait for the peer to acknowledge what was
  * written: long enough for a slow peer, bounded for a dead one. */

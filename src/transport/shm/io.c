@@ -21,7 +21,7 @@
 #include "config/log.h"
 #include "base/real.h"
 #include "base/signals.h"
-#include "readiness/wait_common.h"
+#include "core/spin.h"
 #include "base/syscall.h"
 #include "transport/shm/conn.h"
 #include "transport/shm/proto.h"

@@ -12,7 +12,7 @@
 #include "config/log.h"
 #include "core/reason.h"
 #include "base/real.h"
-#include "readiness/wait_common.h"
+#include "core/spin.h"
 #include "base/syscall.h"
 #include "transport/shm/conn.h"
 #include "transport/shm/ops.h"
