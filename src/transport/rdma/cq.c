@@ -131,10 +131,10 @@ static struct vs_rdma_cqg *group_new(struct ibv_context *ctx)
     }
     /* Never blocks: readiness reads it without waiting. */
     int fd = g->channel->fd;
-    int fl = fcntl(fd, F_GETFL);
+    int fl = vs_real.fcntl(fd, F_GETFL);
     if (fl >= 0)
-        fcntl(fd, F_SETFL, fl | O_NONBLOCK);
-    fcntl(fd, F_SETFD, FD_CLOEXEC);
+        vs_real.fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+    vs_real.fcntl(fd, F_SETFD, FD_CLOEXEC);
     g->fd = g->channel->fd = vs_ownfd_take(fd, g, NULL);
     struct ibv_device_attr attr;
     g->cq_max = CQ_ENTRIES_MAX;

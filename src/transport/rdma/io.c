@@ -618,7 +618,7 @@ ssize_t vs_rdma_sendfile(struct vs_sock *s, int fd, int in_fd, off_t *offset, si
     size_t total = 0;
     while (total < count) {
         size_t want = count - total < sizeof(buf) ? count - total : sizeof(buf);
-        ssize_t r = offset ? pread(in_fd, buf, want, *offset) : read(in_fd, buf, want);
+        ssize_t r = offset ? pread(in_fd, buf, want, *offset) : vs_real.read(in_fd, buf, want);
         if (r <= 0)
             break;
         struct iovec iov = {buf, (size_t)r};
