@@ -1,17 +1,20 @@
 #!/bin/sh
-# test_layers.sh ROOT - the house rule holds in ROOT/src (scripts/check-layers),
+# test_layers.sh ROOT BUILD CC - the house rule holds in ROOT/src, its
+# includes and the calls of the objects built in BUILD (scripts/check-layers),
 # and the check can fail: on copies of src/ given one include that reaches
 # up a floor, and one between the sibling transports, it must fail and name
-# the file and line; given one that reaches down, it must pass.
+# the file and line; given one that reaches down, it must pass; on two
+# objects (built here with CC) of which the lower calls the upper's close(),
+# it must fail and name the call.
 set -u
-root=$1
+root=$1 build=$2 cc=$3
 check="$root/scripts/check-layers"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail=0
 
-if ! "$check" "$root/src"; then
-    echo "FAIL: src/ includes against its floors (above)"
+if ! "$check" --objects "$build" "$root/src"; then
+    echo "FAIL: src/ against its floors (above)"
     fail=1
 fi
 
@@ -67,6 +70,26 @@ if "$check" "$tmp/src" >/dev/null 2>&1; then
     fail=1
 else
     echo "ok: a directory without a floor is refused"
+fi
+
+# A call up that no include shows: a file below interpose/ calling close(),
+# which binds to our own wrapper of it.
+mkdir -p "$tmp/calls/src/core" "$tmp/calls/src/interpose" "$tmp/calls/build/t.dir/core" \
+    "$tmp/calls/build/t.dir/interpose"
+printf 'int close(int);\nint lower(void) { return close(-1); }\n' >"$tmp/calls/src/core/lower.c"
+printf 'int close(int fd) { return fd; }\n' >"$tmp/calls/src/interpose/wrap.c"
+"$cc" -c -o "$tmp/calls/build/t.dir/core/lower.c.o" "$tmp/calls/src/core/lower.c" &&
+    "$cc" -c -o "$tmp/calls/build/t.dir/interpose/wrap.c.o" "$tmp/calls/src/interpose/wrap.c" ||
+    fail=1
+out=$("$check" --objects "$tmp/calls/build" "$tmp/calls/src" 2>&1)
+rc=$?
+expected="core/lower.c: calls close, defined in interpose/wrap.c"
+if [ $rc -eq 1 ] && printf '%s\n' "$out" | grep -qF "$expected"; then
+    echo "ok: refused: $(printf '%s\n' "$out" | grep -F "$expected")"
+else
+    echo "FAIL: a call up to a wrapper was not refused as '$expected' (rc $rc):"
+    printf '%s\n' "$out"
+    fail=1
 fi
 
 exit $fail
