@@ -68,16 +68,3 @@ int main(int argc, char **argv)
     usage(stderr);
     return VS_EXIT_USAGE;
 }
-
-int vs_tool_exe_dir(char *out, unsigned long outlen)
-{
-    ssize_t n = readlink("/proc/self/exe", out, outlen - 1);
-    if (n <= 0)
-        return -1;
-    out[n] = '\0';
-    char *slash = strrchr(out, '/');
-    if (!slash)
-        return -1;
-    *slash = '\0';
-    return 0;
-}
