@@ -15,8 +15,6 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
-#include "base/sandbox.h"
-
 /* X(return type, name, parameter list) for every interposed symbol. */
 #define VS_REAL_SYMBOLS(X)                                                                         \
     X(int, socket, (int, int, int))                                                                \
@@ -103,14 +101,6 @@ static inline void vs_real_ready(void)
         vs_real_init();
 }
 #define VS_REAL_READY() vs_real_ready()
-
-/* In a process under a seccomp filter (base/sandbox.h) a wrapper is the
- * libc call alone: vsocket makes no system call of its own there. */
-#define VS_PASS_IF_SANDBOXED(call)                                                                 \
-    do {                                                                                           \
-        if (__builtin_expect(vs_sandboxed(), 0))                                                   \
-            return call;                                                                           \
-    } while (0)
 
 /* The symbols libvsocket exports; everything else is hidden. */
 #define VS_EXPORT __attribute__((visibility("default")))

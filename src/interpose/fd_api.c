@@ -12,6 +12,7 @@
 #include "core/fdtable.h"
 #include "core/ownfd.h"
 #include "base/real.h"
+#include "base/sandbox.h"
 #include "readiness/epoll.h"
 #include "transport/transport.h"
 

@@ -9,6 +9,7 @@
 
 #include "core/fdtable.h"
 #include "base/real.h"
+#include "base/sandbox.h"
 #include "transport/transport.h"
 
 /* Counting after the call; preserves errno. MSG_PEEK reads nothing. */

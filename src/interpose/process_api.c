@@ -18,6 +18,7 @@
 #include "interpose/init.h"
 #include "interpose/filter.h"
 #include "base/real.h"
+#include "base/sandbox.h"
 #include "transport/transport.h"
 
 VS_EXPORT pid_t fork(void)

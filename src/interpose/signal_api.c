@@ -2,6 +2,7 @@
 #include <signal.h>
 
 #include "base/real.h"
+#include "base/sandbox.h"
 #include "base/signals.h"
 
 VS_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *old)

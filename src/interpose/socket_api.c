@@ -12,6 +12,7 @@
 #include "core/fdtable.h"
 #include "core/reason.h"
 #include "base/real.h"
+#include "base/sandbox.h"
 #include "transport/transport.h"
 
 #define SOCK_TYPE_MASK 0xf

@@ -67,6 +67,7 @@
 #include "core/fdtable.h"
 #include "core/ownfd.h"
 #include "base/real.h"
+#include "base/sandbox.h"
 #include "readiness/epoll.h"
 #include "readiness/wait_common.h"
 #include "base/syscall.h"

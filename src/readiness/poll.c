@@ -15,6 +15,7 @@
 #include "core/spin.h"
 #include "core/fdtable.h"
 #include "base/real.h"
+#include "base/sandbox.h"
 #include "readiness/wait_common.h"
 #include "base/syscall.h"
 
