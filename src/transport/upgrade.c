@@ -1,12 +1,21 @@
 /* upgrade.c - the set-up policy every transport shares (upgrade.h). */
 #include "transport/upgrade.h"
 
+#include <netinet/in.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include "base/syscall.h"
 #include "config/config.h"
 #include "core/clock.h"
-#include "base/syscall.h"
+#include "core/sock.h"
+
+bool vs_upgrade_eligible(const struct vs_sock *s, enum vs_transport t)
+{
+    bool tcp = s->type == SOCK_STREAM && (s->protocol == 0 || s->protocol == IPPROTO_TCP);
+    return (vs_config.transports & VS_TRANSPORT_BIT(t)) && tcp && !s->ops &&
+           !atomic_load(&s->in_epoll_plain);
+}
 
 void vs_upgrade_init(struct vs_upgrade *u)
 {

@@ -8,7 +8,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/transport_id.h"
 #include "transport/stream.h"
+
+struct vs_sock;
 
 /* How often a silent peer is looked at past the deadline, and how often an
  * accepter calls the connector's rendezvous again. */
@@ -24,6 +27,11 @@ struct vs_upgrade {
     unsigned calls_seen;          /* past the deadline: 1 + peer calls seen since (ctl) */
     uint64_t in_mark;             /* bytes received from the peer when last counted (ctl) */
 };
+
+/* Whether transport T may be offered S's connection: T is enabled, S is a
+ * TCP stream not taken by a transport yet, and was never put in an epoll
+ * set before (its kernel registration would not follow). */
+bool vs_upgrade_eligible(const struct vs_sock *s, enum vs_transport t);
 
 void vs_upgrade_init(struct vs_upgrade *u);
 

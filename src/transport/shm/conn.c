@@ -19,6 +19,7 @@
 #include "core/sock.h"
 #include "base/real.h"
 #include "base/syscall.h"
+#include "transport/addr.h"
 #include "transport/shm/conn.h"
 #include "transport/shm/ops.h"
 #include "transport/shm/proto.h"
@@ -123,19 +124,7 @@ struct vs_shm_conn *vs_shm_conn_new(struct vs_sock *s, bool accepter, int fd,
     c->rendezvous = c->rendezvous_no = -1;
     c->rx.fd = c->tx.fd = -1;
     vs_upgrade_init(&c->up);
-    socklen_t llen = sizeof(c->local), plen = sizeof(c->peer);
-    if (peer && len <= sizeof(c->peer))
-        memcpy(&c->peer, peer, len);
-    if (s->have_addrs) {
-        c->local = s->local;
-        if (!peer)
-            c->peer = s->peer;
-    } else if (vs_real.getsockname(fd, (void *)&c->local, &llen) < 0 ||
-               (!peer && vs_real.getpeername(fd, (void *)&c->peer, &plen) < 0)) {
-        page_put(c, true);
-        return NULL;
-    }
-    if (c->peer.ss_family != AF_INET && c->peer.ss_family != AF_INET6) {
+    if (vs_addr_of_conn(s, fd, peer, len, &c->local, &c->peer) < 0) {
         page_put(c, true);
         return NULL;
     }
