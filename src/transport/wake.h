@@ -9,6 +9,8 @@
 #ifndef VSOCKET_WAKE_H
 #define VSOCKET_WAKE_H
 
+#include <stdatomic.h>
+
 struct vs_wake_hooks {
     /* A cold record's news was read by somebody else (transport_ops.h,
      * cold_attach): its set must look at it. Any thread, any lock held;
@@ -31,6 +33,17 @@ void vs_wake_set(const struct vs_wake_hooks *hooks);
 static inline void vs_wake_kick(void *rec)
 {
     vs_wake_hooks.kick(rec);
+}
+
+/* News of a connection reached this process other than through its cold
+ * record, *COLD_REC (NULL: none): pass it on. Called after acting on the
+ * news: the cooling publishes the record before it looks, so one of the two
+ * sees the other. */
+static inline void vs_wake_cold(void *_Atomic *cold_rec)
+{
+    void *cold = atomic_load(cold_rec);
+    if (cold)
+        vs_wake_kick(cold);
 }
 
 static inline void vs_wake_phase_changed(void)

@@ -140,9 +140,7 @@ uint64_t vs_shm_diag_inode(const struct sockaddr_storage *local,
  * publishes cold_rec, so one of the two sees the other. */
 static inline void vs_shm_pass_news_on(struct vs_shm_conn *c)
 {
-    void *cold = atomic_load(&c->cold_rec);
-    if (cold)
-        vs_wake_kick(cold);
+    vs_wake_cold(&c->cold_rec);
 }
 
 /* The connection's phase or the peer's state changed (c->gen): readiness
