@@ -218,9 +218,9 @@ VS_EXPORT int prctl(int option, ...)
 }
 
 /* libseccomp and most runtimes install filters with syscall(SYS_seccomp).
- * libvsocket's own raw system calls bind here too (we are first in the
- * lookup order): a few instructions more, and no recursion, since the call
- * goes on to libc's. */
+ * libvsocket's own raw system calls do not come here: a plain syscall()
+ * in the library would (we are first in the lookup order), so they go to
+ * libc's through vs_syscall (base/syscall.h). */
 VS_EXPORT long syscall(long number, ...)
 {
     VS_REAL_READY();
