@@ -44,6 +44,15 @@ void vs_upgrade_start(struct vs_upgrade *u, long limit_ns);
 /* The two ends talk: the messages get VS_UPGRADE_MESSAGES_NS. */
 void vs_upgrade_messages(struct vs_upgrade *u);
 
+/* What the statistics show of S's set-up, each said once. The connection
+ * was shown on transport T and its peer left it (a revert: exec, stdio,
+ * splice): now on the kernel. */
+void vs_upgrade_show_peer_left(struct vs_sock *s, enum vs_transport t, struct vs_stream *st);
+
+/* The set-up is under way (S->conn_shown becomes SHOWN, the transport's
+ * value for it), with the time by which it ends. */
+void vs_upgrade_show_pending(struct vs_sock *s, const struct vs_upgrade *u, int shown);
+
 /* Whether to stop waiting for the peer's part of the rendezvous (the TCP
  * socket is FD): see upgrade.c. */
 bool vs_upgrade_peer_silent(struct vs_upgrade *u, struct vs_stream *st, int fd);

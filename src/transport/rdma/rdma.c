@@ -95,11 +95,8 @@ void vs_rdma_sync(struct vs_sock *s, int fd)
     struct vs_rdma_conn *c = s->conn;
     int hs = atomic_load_explicit(&c->hs, memory_order_acquire);
     if (hs == s->conn_shown && (hs == VS_RDMA_DONE || hs == VS_RDMA_FAILED)) {
-        if (hs == VS_RDMA_DONE && s->transport == VS_TRANSPORT_RDMA &&
-            atomic_load_explicit(&c->st.rx_reverted, memory_order_relaxed)) {
-            s->transport = VS_TRANSPORT_KERNEL;
-            vs_stats_set_transport(s->stat, VS_TRANSPORT_KERNEL, VS_REASON_PEER_LEFT);
-        }
+        if (hs == VS_RDMA_DONE)
+            vs_upgrade_show_peer_left(s, VS_TRANSPORT_RDMA, &c->st);
         return;
     }
     if (hs != VS_RDMA_DONE && hs != VS_RDMA_FAILED) {
@@ -109,11 +106,8 @@ void vs_rdma_sync(struct vs_sock *s, int fd)
         hs = atomic_load(&c->hs);
     }
     if (hs != VS_RDMA_DONE && hs != VS_RDMA_FAILED) {
-        if (hs != VS_RDMA_YOUNG && s->conn_shown != VS_RDMA_LISTEN) {
-            s->conn_shown = VS_RDMA_LISTEN;
-            vs_stats_set_reason_due(s->stat, VS_REASON_PENDING,
-                                    c->up.deadline_ns + VS_UPGRADE_GRACE_NS - vs_now_ns());
-        }
+        if (hs != VS_RDMA_YOUNG)
+            vs_upgrade_show_pending(s, &c->up, VS_RDMA_LISTEN);
         return;
     }
     s->conn_shown = hs;

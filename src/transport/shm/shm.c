@@ -74,11 +74,8 @@ void vs_shm_sync(struct vs_sock *s, int fd)
     int hs = atomic_load_explicit(&c->hs, memory_order_acquire);
     if (hs == s->conn_shown && (hs == VS_HS_DONE || hs == VS_HS_FAILED)) {
         /* The peer left the rings (exec, stdio, splice): say so once. */
-        if (hs == VS_HS_DONE && s->transport == VS_TRANSPORT_SHM &&
-            atomic_load_explicit(&c->st.rx_reverted, memory_order_relaxed)) {
-            s->transport = VS_TRANSPORT_KERNEL;
-            vs_stats_set_transport(s->stat, VS_TRANSPORT_KERNEL, VS_REASON_PEER_LEFT);
-        }
+        if (hs == VS_HS_DONE)
+            vs_upgrade_show_peer_left(s, VS_TRANSPORT_SHM, &c->st);
         return;
     }
     if (hs != VS_HS_DONE && hs != VS_HS_FAILED) {
@@ -89,11 +86,8 @@ void vs_shm_sync(struct vs_sock *s, int fd)
     }
     if (hs != VS_HS_DONE && hs != VS_HS_FAILED) {
         /* Under way: say so once, with the time by which it ends. */
-        if (hs != VS_HS_YOUNG && s->conn_shown != VS_HS_LISTEN) {
-            s->conn_shown = VS_HS_LISTEN;
-            vs_stats_set_reason_due(s->stat, VS_REASON_PENDING,
-                                    c->up.deadline_ns + VS_UPGRADE_GRACE_NS - vs_now_ns());
-        }
+        if (hs != VS_HS_YOUNG)
+            vs_upgrade_show_pending(s, &c->up, VS_HS_LISTEN);
         return;
     }
     s->conn_shown = hs;
