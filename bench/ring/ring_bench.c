@@ -230,7 +230,7 @@ static double ring_stream(uint64_t most)
         double end = now_ns() + STREAM_NS;
         while (now_ns() < end)
             ring_send(&d.b_tx, buf, CHUNK, &w);
-        vs_ring_close_writer(&d.b_tx);
+        vs_ring_close_writer(&d.b_tx, false);
         _exit(0);
     }
     pin(0);

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "config/log.h"
-#include "transport/transport.h"
+#include "core/transport_id.h"
 
 struct vs_config vs_config;
 

@@ -2,13 +2,13 @@
 #include "config/log.h"
 
 #include "core/ownfd.h"
+#include "base/syscall.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 enum vs_log_level vs_log_level = VS_LOG_WARN;
@@ -66,8 +66,8 @@ int vs_log_open(const char *path)
     /* A raw syscall: open() is not interposed, but keep logging independent
      * of libc state. Close-on-exec: the file must not leak into exec'd
      * programs; and out of the program's way (core/ownfd.h). */
-    int fd = (int)syscall(SYS_openat, AT_FDCWD, expanded, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
-                          0644);
+    int fd = (int)vs_syscall(SYS_openat, AT_FDCWD, expanded,
+                             O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0)
         return -1;
     log_fd = vs_ownfd_take(fd, &log_fd, log_fd_lost);
@@ -93,6 +93,6 @@ void vs_log_write(enum vs_log_level level, const char *fmt, ...)
     if ((size_t)n >= sizeof(line) - 1)
         n = (int)sizeof(line) - 2;
     line[n++] = '\n';
-    syscall(SYS_write, fd, line, (size_t)n);
+    vs_syscall(SYS_write, fd, line, (size_t)n);
     errno = saved_errno;
 }

@@ -8,12 +8,12 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "config/config.h"
 #include "config/log.h"
+#include "base/syscall.h"
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct vs_stats_header *segment; /* NULL until the first socket */
@@ -36,10 +36,10 @@ static uint64_t now_ns(void)
 
 static void program_name(char *out, size_t outlen)
 {
-    int fd = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/comm", O_RDONLY | O_CLOEXEC);
-    ssize_t n = fd >= 0 ? syscall(SYS_read, fd, out, outlen - 1) : -1;
+    int fd = (int)vs_syscall(SYS_openat, AT_FDCWD, "/proc/self/comm", O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? vs_syscall(SYS_read, fd, out, outlen - 1) : -1;
     if (fd >= 0)
-        syscall(SYS_close, fd);
+        vs_syscall(SYS_close, fd);
     if (n <= 0)
         n = 0;
     out[n] = '\0';
@@ -64,12 +64,13 @@ static void fill_header(struct vs_stats_header *h, unsigned capacity)
 static int create_file(const char *path, size_t size)
 {
     unlink(path);
-    int fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    int fd =
+        (int)vs_syscall(SYS_openat, AT_FDCWD, path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0)
         return -1;
     if (ftruncate(fd, (off_t)size) < 0) {
         int e = errno;
-        syscall(SYS_close, fd);
+        vs_syscall(SYS_close, fd);
         unlink(path);
         errno = e;
         return -1;
@@ -92,7 +93,7 @@ static void create_segment(void)
         return;
     }
     void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    syscall(SYS_close, fd);
+    vs_syscall(SYS_close, fd);
     if (p == MAP_FAILED) {
         vs_warn("statistics disabled: cannot map %s (%s)", path, strerror(errno));
         unlink(path);
@@ -305,7 +306,7 @@ void vs_stats_fork_child(void)
     if (fd >= 0 && pwrite(fd, segment, used, 0) == (ssize_t)used &&
         mmap(segment, segment_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) !=
             MAP_FAILED) {
-        syscall(SYS_close, fd);
+        vs_syscall(SYS_close, fd);
         segment_pid = getpid();
         fill_header(segment, segment->capacity);
         /* The parent's records are its history, not the child's (and the
@@ -319,7 +320,7 @@ void vs_stats_fork_child(void)
     }
     vs_warn("statistics disabled in child: cannot create %s (%s)", path, strerror(errno));
     if (fd >= 0) {
-        syscall(SYS_close, fd);
+        vs_syscall(SYS_close, fd);
         unlink(path);
     }
     /* Keep the mapping valid but private, so writes no longer reach the

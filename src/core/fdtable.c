@@ -7,7 +7,7 @@
 #include <sys/mman.h>
 
 #include "config/stats.h"
-#include "interpose/real.h"
+#include "base/real.h"
 
 #define SLOTS_PER_CHUNK 1024
 #define CHUNKS 16384 /* 16 Mi fds; fds beyond pass through untracked */

@@ -7,10 +7,10 @@
 #include <stdint.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "config/config.h"
+#include "base/syscall.h"
 
 #define PER_CHUNK 1024
 #define CHUNKS 1024 /* 1 Mi numbers, the kernel's default nr_open */
@@ -81,9 +81,9 @@ int vs_ownfd_take(int fd, void *owner, vs_ownfd_lost_fn lost)
     int floor = vs_ownfd_floor();
     if (fd < floor) {
         /* Raw system calls: fcntl and close are interposed inside libvsocket. */
-        int moved = (int)syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, floor);
+        int moved = (int)vs_syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, floor);
         if (moved >= 0) {
-            syscall(SYS_close, fd);
+            vs_syscall(SYS_close, fd);
             fd = moved;
         }
     }
@@ -109,7 +109,7 @@ void vs_ownfd_close(int fd, const void *owner)
     bool ours = fd >= LIMIT || (e && atomic_compare_exchange_strong(&e->owner, &expected, NULL));
     if (ours) {
         int saved_errno = errno;
-        syscall(SYS_close, fd);
+        vs_syscall(SYS_close, fd);
         errno = saved_errno;
     }
 }

@@ -10,7 +10,7 @@
 #include "config/log.h"
 #include "core/fdtable.h"
 #include "core/reason.h"
-#include "interpose/real.h"
+#include "base/real.h"
 #include "memory/pool.h"
 
 static struct vs_pool pool = VS_POOL_INIT(struct vs_sock, pool_next);

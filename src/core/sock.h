@@ -10,7 +10,7 @@
 #include <sys/socket.h>
 
 #include "config/stats.h"
-#include "transport/transport.h"
+#include "core/transport_ops.h"
 
 #define VS_SOCK_SNDBUF_SET 1u
 #define VS_SOCK_RCVBUF_SET 2u
@@ -27,7 +27,7 @@ struct vs_sock {
     _Atomic int state;
     struct vs_stats_record *stat;
     /* The transport trying or carrying this connection and its private
-     * state (transport/transport.h); NULL: the kernel alone. Set once, by
+     * state (core/transport_ops.h); NULL: the kernel alone. Set once, by
      * connect or accept, and kept after a fall back to TCP. */
     const struct vs_transport_ops *ops;
     void *conn;

@@ -12,7 +12,7 @@
 #include <sys/fsuid.h>
 #include <unistd.h>
 
-#include "interpose/real.h"
+#include "base/real.h"
 #include "transport/transport.h"
 
 /* Runs CALL between the transports' before and after; returns its result

@@ -11,7 +11,8 @@
 #include "core/reason.h"
 #include "core/fdtable.h"
 #include "core/ownfd.h"
-#include "interpose/real.h"
+#include "base/real.h"
+#include "base/sandbox.h"
 #include "readiness/epoll.h"
 #include "transport/transport.h"
 

@@ -8,7 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "interpose/real.h"
+#include "base/real.h"
 
 extern void __chk_fail(void) __attribute__((noreturn));
 

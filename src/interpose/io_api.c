@@ -8,7 +8,8 @@
 #include <sys/sendfile.h>
 
 #include "core/fdtable.h"
-#include "interpose/real.h"
+#include "base/real.h"
+#include "base/sandbox.h"
 #include "transport/transport.h"
 
 /* Counting after the call; preserves errno. MSG_PEEK reads nothing. */

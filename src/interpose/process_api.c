@@ -15,15 +15,17 @@
 #include <unistd.h>
 
 #include "core/exec_env.h"
-#include "core/init.h"
-#include "interpose/real.h"
+#include "interpose/init.h"
+#include "interpose/filter.h"
+#include "base/real.h"
+#include "base/sandbox.h"
 #include "transport/transport.h"
 
 VS_EXPORT pid_t fork(void)
 {
     VS_REAL_READY();
     VS_PASS_IF_SANDBOXED(vs_real.fork());
-    /* vs_fork_prepare, _parent and _child run inside (core/init.c). */
+    /* vs_fork_prepare, _parent and _child run inside (interpose/init.c). */
     pid_t pid = vs_real.fork();
     int saved_errno = errno;
     if (pid < 0)
@@ -180,7 +182,7 @@ VS_EXPORT int execle(const char *path, const char *arg, ...)
 }
 
 /* A seccomp filter is about to go in: vsocket steps aside first, while it
- * may still make calls of its own (core/sandbox.h). A failed installation
+ * may still make calls of its own (base/sandbox.h, interpose/filter.c). A failed installation
  * gives the process back to us. */
 #define INSTALL_FILTER(installs, positive_ok, call)                                                \
     do {                                                                                           \
@@ -238,9 +240,9 @@ static bool changes_creds(long number)
 }
 
 /* libseccomp and most runtimes install filters with syscall(SYS_seccomp).
- * libvsocket's own raw system calls bind here too (we are first in the
- * lookup order): a few instructions more, and no recursion, since the call
- * goes on to libc's. */
+ * libvsocket's own raw system calls do not come here: a plain syscall()
+ * in the library would (we are first in the lookup order), so they go to
+ * libc's through vs_syscall (base/syscall.h). */
 VS_EXPORT long syscall(long number, ...)
 {
     VS_REAL_READY();

@@ -11,7 +11,8 @@
 #include "config/config.h"
 #include "core/fdtable.h"
 #include "core/reason.h"
-#include "interpose/real.h"
+#include "base/real.h"
+#include "base/sandbox.h"
 #include "transport/transport.h"
 
 #define SOCK_TYPE_MASK 0xf

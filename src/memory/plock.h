@@ -12,8 +12,9 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
-#include <sys/syscall.h>
 #include <unistd.h>
+
+#include "base/syscall.h"
 
 typedef struct {
     _Atomic uint32_t word;
@@ -31,13 +32,13 @@ static inline void vs_plock_lock(vs_plock *l)
     if (vs_plock_trylock(l))
         return;
     while (atomic_exchange_explicit(&l->word, 2, memory_order_acquire) != 0)
-        syscall(SYS_futex, (uint32_t *)&l->word, FUTEX_WAIT, 2, NULL, NULL, 0);
+        vs_syscall(SYS_futex, (uint32_t *)&l->word, FUTEX_WAIT, 2, NULL, NULL, 0);
 }
 
 static inline void vs_plock_unlock(vs_plock *l)
 {
     if (atomic_exchange_explicit(&l->word, 0, memory_order_release) == 2)
-        syscall(SYS_futex, (uint32_t *)&l->word, FUTEX_WAKE, 1, NULL, NULL, 0);
+        vs_syscall(SYS_futex, (uint32_t *)&l->word, FUTEX_WAKE, 1, NULL, NULL, 0);
 }
 
 #endif

@@ -1,6 +1,7 @@
 /* ring.c - single-producer/single-consumer byte ring in a sealed memfd. */
 #include "memory/ring.h"
 #include "memory/copy.h"
+#include "base/syscall.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -9,7 +10,6 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #define RING_MAGIC 0x67727376u /* "vsrg" */
@@ -124,7 +124,7 @@ static uint64_t span_for(const struct vs_ring_size *s)
 /* Raw syscalls: close() and fcntl() are interposed inside libvsocket. */
 static void close_fd(int fd)
 {
-    syscall(SYS_close, fd);
+    vs_syscall(SYS_close, fd);
 }
 
 /* The ring is mapped in front of an inaccessible guard page: should a bug
@@ -192,7 +192,7 @@ int vs_ring_create(struct vs_ring *r, struct vs_ring_size size, enum vs_ring_rol
     if (fd < 0)
         return -errno;
     int rc = 0;
-    if (ftruncate(fd, (off_t)bytes) < 0 || syscall(SYS_fcntl, fd, F_ADD_SEALS, RING_SEALS) < 0)
+    if (ftruncate(fd, (off_t)bytes) < 0 || vs_syscall(SYS_fcntl, fd, F_ADD_SEALS, RING_SEALS) < 0)
         rc = -errno;
     if (rc == 0)
         rc = map_ring(r, fd, bytes, role);
@@ -227,7 +227,7 @@ static int check_file(int fd, size_t *size)
     if (!S_ISREG(st.st_mode) || st.st_size < (off_t)(HEADER_SIZE + VS_RING_MIN_CAPACITY) ||
         st.st_size > (off_t)(HEADER_SIZE + VS_RING_MAX_SPAN) || st.st_size % PAGE)
         return -EPROTO;
-    long seals = syscall(SYS_fcntl, fd, F_GET_SEALS);
+    long seals = vs_syscall(SYS_fcntl, fd, F_GET_SEALS);
     if (seals < 0 || (seals & RING_SEALS) != RING_SEALS)
         return -EPROTO;
     *size = (size_t)st.st_size;

@@ -1,12 +1,12 @@
 /* wait.c - spin, then sleep on a shared futex word. */
 #include "memory/wait.h"
 #include "memory/cpu.h"
+#include "base/syscall.h"
 
 #include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <poll.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -29,7 +29,7 @@ void vs_event_init(struct vs_event *ev)
 static int futex_wait(struct vs_event *ev, uint32_t seen, long ns)
 {
     struct timespec ts = {.tv_sec = ns / 1000000000L, .tv_nsec = ns % 1000000000L};
-    if (syscall(SYS_futex, (uint32_t *)&ev->seq, FUTEX_WAIT, seen, &ts, NULL, 0) == 0)
+    if (vs_syscall(SYS_futex, (uint32_t *)&ev->seq, FUTEX_WAIT, seen, &ts, NULL, 0) == 0)
         return 0;
     return errno == EAGAIN ? 0 : -errno;
 }
@@ -39,7 +39,7 @@ static int fd_has_event(int fd)
 {
     struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
     struct timespec zero = {0, 0};
-    if (syscall(SYS_ppoll, &p, 1, &zero, NULL, 0) != 1)
+    if (vs_syscall(SYS_ppoll, &p, 1, &zero, NULL, 0) != 1)
         return 0;
     return p.revents != 0;
 }
@@ -104,5 +104,5 @@ void vs_event_signal(struct vs_event *ev)
     if (atomic_load_explicit(&ev->waiters, memory_order_relaxed) == 0)
         return;
     atomic_fetch_add_explicit(&ev->seq, 1, memory_order_release);
-    syscall(SYS_futex, (uint32_t *)&ev->seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+    vs_syscall(SYS_futex, (uint32_t *)&ev->seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }

@@ -59,16 +59,18 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "core/clock.h"
+#include "core/spin.h"
 #include "config/log.h"
 #include "core/fdtable.h"
 #include "core/ownfd.h"
-#include "interpose/real.h"
+#include "base/real.h"
+#include "base/sandbox.h"
 #include "readiness/epoll.h"
 #include "readiness/wait_common.h"
+#include "base/syscall.h"
 
 #define REC_MAGIC 0x7265637670657376ull /* "vsepvcer" */
 #define REGION_SIZE (32ul << 20)
@@ -223,7 +225,7 @@ static bool has_records(int epfd)
     return sets && (sets[epfd] || colds[epfd]);
 }
 
-/* In a sandboxed process (core/sandbox.h) a set without records of ours is
+/* In a sandboxed process (base/sandbox.h) a set without records of ours is
  * the kernel's alone. One that held records when the filter went in is
  * still translated: its kernel registrations carry our tags. */
 static bool pass_through(int epfd)
@@ -1325,7 +1327,7 @@ static void disarm_all(struct armed *a)
 static int kernel_wait(int epfd, struct epoll_event *kev, int max, long ns, const sigset_t *mask)
 {
     int ms = ns < 0 ? -1 : (int)((ns + 999999) / 1000000);
-    return (int)syscall(SYS_epoll_pwait, epfd, kev, max, ms, mask, _NSIG / 8);
+    return (int)vs_syscall(SYS_epoll_pwait, epfd, kev, max, ms, mask, _NSIG / 8);
 }
 
 static int wait_translated(int epfd, struct epoll_event *events, int max, long timeout_ns,
@@ -1462,8 +1464,8 @@ static int do_wait(int epfd, struct epoll_event *events, int max, long timeout_n
      * program, which would take it for its own data. */
     long deadline = timeout_ns < 0 ? -1 : vs_now_ns() + timeout_ns;
     struct timespec ts;
-    int n = (int)syscall(SYS_epoll_pwait2, epfd, events, max, vs_timespec(timeout_ns, &ts), mask,
-                         _NSIG / 8);
+    int n = (int)vs_syscall(SYS_epoll_pwait2, epfd, events, max, vs_timespec(timeout_ns, &ts), mask,
+                            _NSIG / 8);
     if (n <= 0 || !has_tags(events, n))
         return n;
     n = translate_late(epfd, events, n, max);

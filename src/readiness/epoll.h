@@ -11,7 +11,11 @@ void vs_epoll_fd_closing(int fd);
 /* The same for every fd in [FIRST, LAST] (close_range, closefrom). */
 void vs_epoll_range_closing(unsigned first, unsigned last);
 
-/* A cold record's news was read by somebody else (see epoll.c): its set
+/* The next three reach the transports as their wake hooks
+ * (transport/wake.h, wired at load by interpose/init.c): a transport never
+ * includes this file.
+ *
+ * A cold record's news was read by somebody else (see epoll.c): its set
  * must look at it. Any thread, any lock held; REC may be stale. */
 void vs_epoll_kick(void *rec);
 
@@ -28,7 +32,7 @@ void vs_epoll_wake_shared(void);
 
 /* fork: the records' lock is held across it; the child forgets its
  * dormant records (the kernel sets are shared with the parent). */
-/* A seccomp filter goes in (core/sandbox.h): every record becomes the plain
+/* A seccomp filter goes in (base/sandbox.h): every record becomes the plain
  * kernel registration its user asked for, while we may still make calls,
  * and every set passes through from then on. */
 void vs_epoll_make_plain(void);

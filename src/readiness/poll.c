@@ -9,13 +9,15 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "core/clock.h"
+#include "core/spin.h"
 #include "core/fdtable.h"
-#include "interpose/real.h"
+#include "base/real.h"
+#include "base/sandbox.h"
 #include "readiness/wait_common.h"
+#include "base/syscall.h"
 
 #define STACK_FDS 64
 
@@ -148,7 +150,7 @@ static int poll_translated(struct poll_state *st, struct pollfd *fds, long timeo
                 left = slice;
         }
         struct timespec ts, *tsp = vs_timespec(left, &ts);
-        int n = (int)syscall(SYS_ppoll, st->k, st->nk, tsp, sigmask, _NSIG / 8);
+        int n = (int)vs_syscall(SYS_ppoll, st->k, st->nk, tsp, sigmask, _NSIG / 8);
         int err = errno;
         vs_spin_woke();
         if (armed)
@@ -191,7 +193,7 @@ int vs_poll(struct pollfd *fds, nfds_t nfds, long timeout_ns, const sigset_t *si
     int r;
     if (!translated) {
         struct timespec ts;
-        r = (int)syscall(SYS_ppoll, fds, nfds, vs_timespec(timeout_ns, &ts), sigmask, _NSIG / 8);
+        r = (int)vs_syscall(SYS_ppoll, fds, nfds, vs_timespec(timeout_ns, &ts), sigmask, _NSIG / 8);
     } else {
         struct poll_state st = {.sock = sock, .n = nfds};
         st.k = malloc((nfds + translated) * sizeof(*st.k));

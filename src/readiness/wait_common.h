@@ -10,14 +10,6 @@
 /* NS as a timespec in TS; NULL (wait forever) when NS < 0. */
 struct timespec *vs_timespec(long ns, struct timespec *ts);
 
-/* Busy-polls READY(ARG, ARG2) for the thread's current budget (at most
- * VSOCKET_POLL_US; it adapts, see wait_common.c). A caller that then
- * sleeps calls vs_spin_woke() when the sleep ends. */
-bool vs_spin_until(bool (*ready)(void *, const void *), void *arg, const void *arg2);
-void vs_spin_woke(void);
-/* Logs what the process's spins came to (at exit). */
-void vs_spin_report(void);
-
 /* poll/ppoll with a timeout in ns (< 0: none). */
 int vs_poll(struct pollfd *fds, nfds_t nfds, long timeout_ns, const sigset_t *sigmask);
 

@@ -12,7 +12,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
-#include "transport/transport.h"
+#include "core/transport_id.h"
 #include "tool/doctor_rdma.h"
 #include "tool/exe.h"
 #include "tool/tool.h"

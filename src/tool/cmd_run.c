@@ -13,6 +13,20 @@
 
 #define LIBRARY "libvsocket.so"
 
+/* The directory holding this executable (the library is found beside it). */
+static int exe_dir(char *out, unsigned long outlen)
+{
+    ssize_t n = readlink("/proc/self/exe", out, outlen - 1);
+    if (n <= 0)
+        return -1;
+    out[n] = '\0';
+    char *slash = strrchr(out, '/');
+    if (!slash)
+        return -1;
+    *slash = '\0';
+    return 0;
+}
+
 static void usage(FILE *out)
 {
     fputs("usage: vsocket run [OPTIONS] -- PROGRAM [ARGS...]\n"
@@ -56,7 +70,7 @@ static int find_library(char *out, size_t outlen)
         return 0;
     }
     char dir[PATH_MAX];
-    if (vs_tool_exe_dir(dir, sizeof(dir)) == 0) {
+    if (exe_dir(dir, sizeof(dir)) == 0) {
         const char *rel[] = {"/../lib/", "/", "/../lib/x86_64-linux-gnu/"};
         for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
             char path[PATH_MAX + 64];

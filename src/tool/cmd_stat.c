@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "config/stats_format.h"
-#include "transport/transport.h"
+#include "core/transport_id.h"
 #include "tool/tool.h"
 
 struct stat_options {

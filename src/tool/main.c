@@ -6,7 +6,7 @@
 
 #include "config/config.h"
 #include "tool/tool.h"
-#include "transport/transport.h"
+#include "core/transport_id.h"
 
 static void usage(FILE *out)
 {
@@ -67,17 +67,4 @@ int main(int argc, char **argv)
     fprintf(stderr, "vsocket: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return VS_EXIT_USAGE;
-}
-
-int vs_tool_exe_dir(char *out, unsigned long outlen)
-{
-    ssize_t n = readlink("/proc/self/exe", out, outlen - 1);
-    if (n <= 0)
-        return -1;
-    out[n] = '\0';
-    char *slash = strrchr(out, '/');
-    if (!slash)
-        return -1;
-    *slash = '\0';
-    return 0;
 }

@@ -18,7 +18,4 @@ int cmd_run(int argc, char **argv);
 int cmd_stat(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
 
-/* The directory holding this executable (for finding the library). */
-int vs_tool_exe_dir(char *out, unsigned long outlen);
-
 #endif

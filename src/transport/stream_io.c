@@ -4,13 +4,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/syscall.h>
 #include <sys/time.h>
 #include <unistd.h>
 
 #include "core/clock.h"
-#include "interpose/real.h"
-#include "interpose/signals.h"
+#include "base/real.h"
+#include "base/signals.h"
+#include "base/syscall.h"
+#include "config/log.h"
 #include "transport/stream.h"
 
 size_t vs_iov_total(const struct iovec *iov, size_t cnt)
@@ -45,7 +46,7 @@ int vs_iov_window(const struct iovec *in, int cnt, size_t skip, uint64_t limit, 
 
 bool vs_fd_nonblocking(int fd)
 {
-    long fl = syscall(SYS_fcntl, fd, F_GETFL);
+    long fl = vs_syscall(SYS_fcntl, fd, F_GETFL);
     return fl >= 0 && (fl & O_NONBLOCK);
 }
 
@@ -59,20 +60,25 @@ long vs_sock_timeout_ns(int fd, int opt)
     return tv.tv_sec * 1000000000L + tv.tv_usec * 1000L;
 }
 
-long vs_blocking_left(struct vs_blocking *b, int fd)
+void vs_blocking_start(struct vs_blocking *b, int fd)
 {
     if (!b->started) {
         b->started = true;
         b->timeout_ns = vs_sock_timeout_ns(fd, b->opt);
         b->deadline = b->timeout_ns < 0 ? -1 : vs_now_ns() + b->timeout_ns;
     }
+}
+
+long vs_blocking_left(struct vs_blocking *b, int fd)
+{
+    vs_blocking_start(b, fd);
     return b->deadline < 0 ? -1 : b->deadline - vs_now_ns();
 }
 
 void vs_raise_sigpipe(int flags)
 {
     if (!(flags & MSG_NOSIGNAL))
-        syscall(SYS_tgkill, getpid(), (pid_t)syscall(SYS_gettid), SIGPIPE);
+        vs_syscall(SYS_tgkill, getpid(), (pid_t)vs_syscall(SYS_gettid), SIGPIPE);
 }
 
 /* What the kernel says of the TCP socket once the data moved to the rings:
@@ -120,5 +126,46 @@ ssize_t vs_stream_tcp_recv(struct vs_stream *st, int fd, struct msghdr *msg, soc
         st->tcp_rx += (uint64_t)n;
     if (n == 0)
         atomic_store(&st->tcp_eof, true);
+    return n;
+}
+
+int vs_stream_tcp_rx_step(struct vs_stream *st, int fd, struct msghdr *msg, socklen_t namelen,
+                          size_t *total, int flags, const struct vs_stream_rx_hooks *hooks,
+                          void *conn)
+{
+    uint64_t limit = vs_stream_tcp_rx_limit(st);
+    if (atomic_load(&st->violated))
+        return -ECONNRESET;
+    if (limit == 0)
+        return 1; /* the switch point: the transport from now on */
+    ssize_t n = vs_stream_tcp_recv(st, fd, msg, namelen, *total, limit, flags);
+    if (n > 0) {
+        if (hooks->got)
+            hooks->got(conn, msg, *total, (size_t)n, flags);
+        *total += (size_t)n;
+        return 1;
+    }
+    if (n < 0 && errno != EAGAIN)
+        return -errno;
+    /* Empty or end of stream: the peer may have switched meanwhile. */
+    bool knew = atomic_load(&st->rx_switch_known);
+    hooks->progress(conn, fd);
+    if (!knew && atomic_load(&st->rx_switch_known))
+        return 1;
+    if (n == 0) {
+        vs_debug("recv fd %d: TCP EOF at %lu (switch known %d at %lu)", fd,
+                 (unsigned long)st->tcp_rx, atomic_load(&st->rx_switch_known),
+                 (unsigned long)st->rx_switch_at);
+        return 0;
+    }
+    return -EAGAIN;
+}
+
+ssize_t vs_stream_tcp_send(struct vs_stream *st, int fd, const struct msghdr *msg, int flags)
+{
+    ssize_t n = vs_real.sendmsg(fd, msg, flags);
+    if (n < 0)
+        return -errno;
+    st->tcp_tx += (uint64_t)n;
     return n;
 }

@@ -4,12 +4,15 @@
 #ifndef VSOCKET_STREAM_IO_H
 #define VSOCKET_STREAM_IO_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/uio.h>
+
+#include "core/transport_ops.h"
 
 size_t vs_iov_total(const struct iovec *iov, size_t cnt);
 
@@ -28,9 +31,24 @@ struct vs_blocking {
     long timeout_ns, deadline;
 };
 
+/* Reads the call's timeout and sets its deadline, at its first wait. */
+void vs_blocking_start(struct vs_blocking *b, int fd);
+
 /* Nanoseconds left before the call's timeout (read at its first wait), -1
  * without one; 0 or less: timed out. */
 long vs_blocking_left(struct vs_blocking *b, int fd);
+
+/* How long a wait on a connection sleeps, LEFT ns before the call's timeout
+ * (-1: none): at most a slice (VS_WAIT_SLICE_NS; a nap when another thread
+ * sleeps on it too, SHARED), since a wake-up another thread of the process
+ * consumed shows only at the next look. *NAP: the slice, not the timeout,
+ * ends the sleep (a sleep that ends then has not timed out). */
+static inline long vs_wait_sleep_ns(long left, bool shared, bool *nap)
+{
+    long slice = shared ? VS_WAIT_SHARED_NAP_NS : VS_WAIT_SLICE_NS;
+    *nap = left < 0 || left > slice;
+    return *nap ? slice : left;
+}
 
 /* After a wait failed (RC -ETIMEDOUT or -EINTR): 0 when the call goes on
  * (a signal whose handler asked for restarts, as the kernel would), else
@@ -52,9 +70,53 @@ ssize_t vs_tcp_read(int fd, struct msghdr *msg, socklen_t namelen, size_t skip, 
 
 struct vs_stream;
 
-/* Receive side, TCP phase, one step (vs_tcp_read): the bytes read are
+/* Receive side, TCP phase, one read (vs_tcp_read): the bytes read are
  * counted in ST's tcp_rx unless MSG_PEEK, and the end of stream noted. */
 ssize_t vs_stream_tcp_recv(struct vs_stream *st, int fd, struct msghdr *msg, socklen_t namelen,
                            size_t skip, uint64_t limit, int flags);
+
+/* What a transport's receive does around a TCP-phase step. */
+struct vs_stream_rx_hooks {
+    /* TCP had nothing: look for the peer's news (its switch among them). */
+    void (*progress)(void *conn, int fd);
+    /* N bytes were read into MSG's buffers after AT bytes. May be NULL. */
+    void (*got)(void *conn, const struct msghdr *msg, size_t at, size_t n, int flags);
+};
+
+/* Receive side, TCP phase, one step: reads what TCP holds before the
+ * switch point into MSG's buffers after *TOTAL bytes, and adds it to
+ * *TOTAL. 1: look again (bytes were read, or the phase may have changed);
+ * 0: the end of the stream; -EAGAIN: nothing for now, wait; -errno: the
+ * call fails with it (ECONNRESET: the peer broke the stream's protocol). */
+int vs_stream_tcp_rx_step(struct vs_stream *st, int fd, struct msghdr *msg, socklen_t namelen,
+                          size_t *total, int flags, const struct vs_stream_rx_hooks *hooks,
+                          void *conn);
+
+/* Send side, TCP phase: the kernel's sendmsg, its bytes counted in ST's
+ * tcp_tx. Bytes sent or -errno. */
+ssize_t vs_stream_tcp_send(struct vs_stream *st, int fd, const struct msghdr *msg, int flags);
+
+/* What a data call returns once it moved TOTAL bytes or met ERR: the bytes
+ * when there are any, else -1 with errno ERR, else 0 (end of stream). */
+static inline ssize_t vs_stream_result(size_t total, int err)
+{
+    if (total > 0)
+        return (ssize_t)total;
+    if (err) {
+        errno = err;
+        return -1;
+    }
+    return 0;
+}
+
+/* N (bytes, or -errno) as a system call returns it. */
+static inline ssize_t vs_errno_result(ssize_t n)
+{
+    if (n < 0) {
+        errno = (int)-n;
+        return -1;
+    }
+    return n;
+}
 
 #endif

@@ -1,12 +1,39 @@
 /* upgrade.c - the set-up policy every transport shares (upgrade.h). */
 #include "transport/upgrade.h"
 
+#include <netinet/in.h>
 #include <sys/ioctl.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
+#include "base/syscall.h"
 #include "config/config.h"
 #include "core/clock.h"
+#include "core/reason.h"
+#include "core/sock.h"
+
+bool vs_upgrade_eligible(const struct vs_sock *s, enum vs_transport t)
+{
+    bool tcp = s->type == SOCK_STREAM && (s->protocol == 0 || s->protocol == IPPROTO_TCP);
+    return (vs_config.transports & VS_TRANSPORT_BIT(t)) && tcp && !s->ops &&
+           !atomic_load(&s->in_epoll_plain);
+}
+
+void vs_upgrade_show_peer_left(struct vs_sock *s, enum vs_transport t, struct vs_stream *st)
+{
+    if (s->transport == t && atomic_load_explicit(&st->rx_reverted, memory_order_relaxed)) {
+        s->transport = VS_TRANSPORT_KERNEL;
+        vs_stats_set_transport(s->stat, VS_TRANSPORT_KERNEL, VS_REASON_PEER_LEFT);
+    }
+}
+
+void vs_upgrade_show_pending(struct vs_sock *s, const struct vs_upgrade *u, int shown)
+{
+    if (s->conn_shown == shown)
+        return;
+    s->conn_shown = shown;
+    vs_stats_set_reason_due(s->stat, VS_REASON_PENDING,
+                            u->deadline_ns + VS_UPGRADE_GRACE_NS - vs_now_ns());
+}
 
 void vs_upgrade_init(struct vs_upgrade *u)
 {
@@ -54,7 +81,7 @@ void vs_upgrade_messages(struct vs_upgrade *u)
 static uint64_t bytes_in(struct vs_stream *st, int fd)
 {
     int queued = 0;
-    if (syscall(SYS_ioctl, fd, FIONREAD, &queued) < 0 || queued < 0)
+    if (vs_syscall(SYS_ioctl, fd, FIONREAD, &queued) < 0 || queued < 0)
         queued = 0;
     return __atomic_load_n(&st->tcp_rx, __ATOMIC_RELAXED) + (uint64_t)queued;
 }

@@ -5,7 +5,7 @@
  * adjacent calls here could change what the checks see. */
 #include "check.h"
 #include "config/config.h"
-#include "readiness/wait_common.h"
+#include "core/spin.h"
 
 static long looks;
 static long pay_after; /* the condition comes true on this look; 0: never */

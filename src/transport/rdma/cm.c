@@ -13,6 +13,7 @@
 #include "config/log.h"
 #include "core/clock.h"
 #include "core/reason.h"
+#include "transport/addr.h"
 #include "transport/rdma/conn.h"
 #include "transport/rdma/rdma.h"
 
@@ -56,17 +57,6 @@ static void fail(struct vs_rdma_conn *c, const char *reason)
     destroy_id(&c->listen_id);
     vs_rdma_proof_wipe(&c->proof);
     vs_rdma_conn_fail(c, reason);
-}
-
-static bool same_ip(const struct sockaddr *a, const struct sockaddr_storage *b)
-{
-    if (!a || a->sa_family != b->ss_family)
-        return false;
-    if (a->sa_family == AF_INET)
-        return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
-               ((const struct sockaddr_in *)b)->sin_addr.s_addr;
-    return memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
-                  &((const struct sockaddr_in6 *)b)->sin6_addr, sizeof(struct in6_addr)) == 0;
 }
 
 static struct rdma_conn_param conn_param(const void *pdata, size_t len)
@@ -266,7 +256,7 @@ static void connector_request(struct vs_rdma_conn *c, const struct vs_rdma_event
     }
     /* Only our TCP peer's host may call: a third host would need to forge
      * its address on the fabric (docs/design/rdma-transport.md). */
-    if (!same_ip(rdma_get_peer_addr(e->id), &c->peer)) {
+    if (!vs_addr_same_ip(rdma_get_peer_addr(e->id), (const struct sockaddr *)&c->peer)) {
         vs_info("rdma: a call from another address than our TCP peer's: refused");
         return reject(e->id, VS_RDMA_REJECT_ADDRESS);
     }

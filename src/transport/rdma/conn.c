@@ -9,7 +9,8 @@
 #include "core/ownfd.h"
 #include "core/reason.h"
 #include "config/stats.h"
-#include "interpose/real.h"
+#include "base/real.h"
+#include "transport/addr.h"
 #include "transport/rdma/conn.h"
 #include "transport/rdma/dev.h"
 
@@ -72,24 +73,12 @@ struct vs_rdma_conn *vs_rdma_conn_new(struct vs_sock *s, bool accepter, int fd,
     atomic_store(&c->held, -1);
     c->carrier = true;
     vs_upgrade_init(&c->up);
-    socklen_t llen = sizeof(c->local), plen = sizeof(c->peer);
-    if (peer && len <= sizeof(c->peer))
-        memcpy(&c->peer, peer, len);
-    if (s->have_addrs) {
-        c->local = s->local;
-        if (!peer)
-            c->peer = s->peer;
-    } else if (vs_real.getsockname(fd, (void *)&c->local, &llen) < 0 ||
-               (!peer && vs_real.getpeername(fd, (void *)&c->peer, &plen) < 0)) {
+    if (vs_addr_of_conn(s, fd, peer, len, &c->local, &c->peer) < 0) {
         free(c);
         return NULL;
     }
     unmap_v4(&c->local);
     unmap_v4(&c->peer);
-    if (c->peer.ss_family != AF_INET && c->peer.ss_family != AF_INET6) {
-        free(c);
-        return NULL;
-    }
     atomic_store(&c->hs, VS_RDMA_YOUNG);
     list_add(c);
     return c;

@@ -21,7 +21,7 @@
 #include <rdma/rdma_cma.h>
 
 #include "core/sock.h"
-#include "readiness/epoll.h"
+#include "transport/wake.h"
 #include "transport/rdma/cq.h"
 #include "transport/rdma/proof.h"
 #include "transport/rdma/proto.h"
@@ -379,9 +379,7 @@ static inline bool vs_rdma_unsettled(struct vs_rdma_conn *c)
  * the other. */
 static inline void vs_rdma_pass_news_on(struct vs_rdma_conn *c)
 {
-    void *cold = atomic_load(&c->cold_rec);
-    if (cold)
-        vs_epoll_kick(cold);
+    vs_wake_cold(&c->cold_rec);
 }
 
 /* The connection's phase or readiness changed: readiness must look again,

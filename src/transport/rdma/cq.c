@@ -14,8 +14,8 @@
 
 #include "config/log.h"
 #include "core/ownfd.h"
-#include "interpose/real.h"
-#include "readiness/epoll.h"
+#include "base/real.h"
+#include "transport/wake.h"
 #include "transport/rdma/conn.h"
 #include "transport/rdma/cq.h"
 
@@ -131,10 +131,10 @@ static struct vs_rdma_cqg *group_new(struct ibv_context *ctx)
     }
     /* Never blocks: readiness reads it without waiting. */
     int fd = g->channel->fd;
-    int fl = fcntl(fd, F_GETFL);
+    int fl = vs_real.fcntl(fd, F_GETFL);
     if (fl >= 0)
-        fcntl(fd, F_SETFL, fl | O_NONBLOCK);
-    fcntl(fd, F_SETFD, FD_CLOEXEC);
+        vs_real.fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+    vs_real.fcntl(fd, F_SETFD, FD_CLOEXEC);
     g->fd = g->channel->fd = vs_ownfd_take(fd, g, NULL);
     struct ibv_device_attr attr;
     g->cq_max = CQ_ENTRIES_MAX;
@@ -388,7 +388,7 @@ static void wake_others(struct vs_rdma_cqg *g)
     for (unsigned i = 0; i < g->nsleepers; i++)
         if (g->sleepers[i].owner != me && vs_ownfd_mine(g->sleepers[i].fd, g->sleepers[i].owner))
             (void)vs_real.write(g->sleepers[i].fd, &one, sizeof(one));
-    vs_epoll_wake_shared();
+    vs_wake_shared_read();
 }
 
 /* Q fired, which disarmed it: armed again if a connection on it is waited

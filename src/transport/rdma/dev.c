@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "base/real.h"
 #include "config/log.h"
 #include "core/ownfd.h"
 #include "core/reason.h"
@@ -51,9 +52,9 @@ static struct rdma_event_channel *open_channel(const char **why)
         *why = VS_REASON_NO_RDMA_DEVICE;
         return NULL;
     }
-    int fl = fcntl(ch->fd, F_GETFL);
-    fcntl(ch->fd, F_SETFL, fl | O_NONBLOCK);
-    fcntl(ch->fd, F_SETFD, FD_CLOEXEC);
+    int fl = vs_real.fcntl(ch->fd, F_GETFL);
+    vs_real.fcntl(ch->fd, F_SETFL, fl | O_NONBLOCK);
+    vs_real.fcntl(ch->fd, F_SETFD, FD_CLOEXEC);
     ch->fd = vs_ownfd_take(ch->fd, &channel, NULL);
     return ch;
 }

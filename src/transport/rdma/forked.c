@@ -21,11 +21,11 @@
 #include <linux/futex.h>
 #include <signal.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "core/clock.h"
+#include "base/syscall.h"
 #include "transport/rdma/conn.h"
 
 #define SLOTS 2048
@@ -316,13 +316,13 @@ void vs_rdma_forked_carry_failed(struct vs_rdma_conn *c)
 
 static void futex_wake(_Atomic uint32_t *word)
 {
-    syscall(SYS_futex, word, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
+    vs_syscall(SYS_futex, word, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
 }
 
 static void futex_wait(_Atomic uint32_t *word, uint32_t val, long ns)
 {
     struct timespec ts = {ns / 1000000000L, ns % 1000000000L};
-    syscall(SYS_futex, word, FUTEX_WAIT, val, &ts, NULL, 0);
+    vs_syscall(SYS_futex, word, FUTEX_WAIT, val, &ts, NULL, 0);
 }
 
 /* How often a child waiting for its parent to leave checks that it lives. */

@@ -10,7 +10,6 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/ioctl.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <linux/sockios.h>
@@ -19,11 +18,12 @@
 #include "config/log.h"
 #include "core/clock.h"
 #include "core/reason.h"
-#include "interpose/real.h"
+#include "base/real.h"
+#include "base/syscall.h"
 #include "transport/rdma/conn.h"
 #include "transport/rdma/rdma.h"
 #include "transport/stream_io.h"
-#include "readiness/wait_common.h"
+#include "core/spin.h"
 
 /* How long close and shutdown wait for the peer to acknowledge what was
  * written: long enough for a slow peer, bounded for a dead one. */
@@ -156,12 +156,10 @@ int vs_rdma_wait(struct vs_rdma_conn *c, int fd, short tcp_events, struct vs_blo
         vs_rdma_cq_sleep_end(g, wake);
         return 0;
     }
-    long slice = shared ? VS_WAIT_SHARED_NAP_NS : VS_WAIT_SLICE_NS;
-    bool nap = left < 0 || left > slice;
-    if (nap)
-        left = slice;
+    bool nap;
+    left = vs_wait_sleep_ns(left, shared, &nap);
     struct timespec ts = {.tv_sec = left / 1000000000L, .tv_nsec = left % 1000000000L};
-    int rc = (int)syscall(SYS_ppoll, p, n, &ts, NULL, _NSIG / 8);
+    int rc = (int)vs_syscall(SYS_ppoll, p, n, &ts, NULL, _NSIG / 8);
     int err = errno;
     vs_spin_woke();
     atomic_fetch_sub(&c->sleepers, 1);
@@ -280,6 +278,27 @@ static void forked_io(struct vs_rdma_conn *c)
     pthread_mutex_unlock(&c->ctl_lock);
 }
 
+static void tcp_rx_progress(void *conn, int fd)
+{
+    struct vs_rdma_conn *c = conn;
+    vs_rdma_poll(c);
+    vs_rdma_progress(c, fd);
+}
+
+/* While the set-up is under way, the proof keeps the stream's first bytes:
+ * those just read, after AT bytes of the buffers. */
+static void tcp_rx_got(void *conn, const struct msghdr *msg, size_t at, size_t n, int flags)
+{
+    struct vs_rdma_conn *c = conn;
+    if ((flags & MSG_PEEK) || !vs_rdma_active(c) || vs_rdma_done(c))
+        return;
+    struct iovec got[msg->msg_iovlen];
+    int cnt = vs_iov_window(msg->msg_iov, (int)msg->msg_iovlen, at, (uint64_t)n, got);
+    vs_rdma_proof_rcvd(&c->proof, c->st.tcp_rx - (uint64_t)n, got, cnt, n);
+}
+
+static const struct vs_stream_rx_hooks tcp_rx = {.progress = tcp_rx_progress, .got = tcp_rx_got};
+
 ssize_t vs_rdma_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags)
 {
     struct vs_rdma_conn *c = s->conn;
@@ -310,40 +329,18 @@ ssize_t vs_rdma_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags
         if (settled == 0) {
             /* Wait for the peer's TCP bytes. */
         } else if (!rx_on_rdma(c)) {
-            uint64_t limit = vs_stream_tcp_rx_limit(&c->st);
-            if (atomic_load(&c->st.violated)) {
-                err = ECONNRESET;
-                break;
-            }
-            if (limit == 0)
-                continue; /* the switch point: the ring from now on */
-            ssize_t n = vs_stream_tcp_recv(&c->st, fd, msg, namelen, total, limit, flags);
-            if (n > 0) {
-                if (!peek && vs_rdma_active(c) && !vs_rdma_done(c)) {
-                    /* The proof keeps the stream's first bytes: those just
-                     * read, after TOTAL bytes of the buffers. */
-                    struct iovec got[msg->msg_iovlen];
-                    int cnt =
-                        vs_iov_window(msg->msg_iov, (int)msg->msg_iovlen, total, (uint64_t)n, got);
-                    vs_rdma_proof_rcvd(&c->proof, c->st.tcp_rx - (uint64_t)n, got, cnt, (size_t)n);
-                }
-                total += (size_t)n;
+            int r = vs_stream_tcp_rx_step(&c->st, fd, msg, namelen, &total, flags, &tcp_rx, c);
+            if (r == 1) {
                 if (total >= target)
                     break;
                 continue;
             }
-            if (n < 0 && errno != EAGAIN) {
-                err = errno;
+            if (r == 0)
+                break;
+            if (r != -EAGAIN) {
+                err = -r;
                 break;
             }
-            /* Empty or end of stream: the peer may have switched meanwhile. */
-            bool knew = atomic_load(&c->st.rx_switch_known);
-            vs_rdma_poll(c);
-            vs_rdma_progress(c, fd);
-            if (!knew && atomic_load(&c->st.rx_switch_known))
-                continue;
-            if (n == 0)
-                break;
         } else {
             vs_rdma_poll(c);
             struct iovec win[msg->msg_iovlen];
@@ -401,13 +398,7 @@ ssize_t vs_rdma_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags
         vs_rdma_yield(c, &c->rx_lock);
     }
     pthread_mutex_unlock(&c->rx_lock);
-    if (total > 0)
-        return (ssize_t)total;
-    if (err) {
-        errno = err;
-        return -1;
-    }
-    return 0;
+    return vs_stream_result(total, err);
 }
 
 /* ------------------------------------------------------------------ send */
@@ -564,14 +555,10 @@ ssize_t vs_rdma_sendmsg(struct vs_sock *s, int fd, const struct msghdr *msg, int
             break;
         }
         if (!vs_stream_tx_on_transport(&c->st)) {
-            n = vs_real.sendmsg(fd, msg, flags);
-            if (n > 0) {
-                if (!vs_rdma_done(c))
-                    vs_rdma_proof_sent(&c->proof, c->st.tcp_tx, msg->msg_iov, (int)msg->msg_iovlen,
-                                       (size_t)n);
-                c->st.tcp_tx += (uint64_t)n;
-            }
-            n = n < 0 ? -errno : n;
+            n = vs_stream_tcp_send(&c->st, fd, msg, flags);
+            if (n > 0 && !vs_rdma_done(c))
+                vs_rdma_proof_sent(&c->proof, c->st.tcp_tx - (uint64_t)n, msg->msg_iov,
+                                   (int)msg->msg_iovlen, (size_t)n);
             break;
         }
         n = rdma_send(c, fd, msg->msg_iov, (int)msg->msg_iovlen, flags);
@@ -588,11 +575,7 @@ ssize_t vs_rdma_sendmsg(struct vs_sock *s, int fd, const struct msghdr *msg, int
     /* The peer's CUT came during the send: say so now, not at the next call. */
     if (atomic_load(&c->st.rx_reverted))
         vs_rdma_sync(s, fd);
-    if (n < 0) {
-        errno = (int)-n;
-        return -1;
-    }
-    return n;
+    return vs_errno_result(n);
 }
 
 ssize_t vs_rdma_sendfile(struct vs_sock *s, int fd, int in_fd, off_t *offset, size_t count)
@@ -618,7 +601,7 @@ ssize_t vs_rdma_sendfile(struct vs_sock *s, int fd, int in_fd, off_t *offset, si
     size_t total = 0;
     while (total < count) {
         size_t want = count - total < sizeof(buf) ? count - total : sizeof(buf);
-        ssize_t r = offset ? pread(in_fd, buf, want, *offset) : read(in_fd, buf, want);
+        ssize_t r = offset ? pread(in_fd, buf, want, *offset) : vs_real.read(in_fd, buf, want);
         if (r <= 0)
             break;
         struct iovec iov = {buf, (size_t)r};
@@ -719,7 +702,7 @@ bool vs_rdma_ioctl(struct vs_sock *s, int fd, unsigned long req, int *value)
     vs_rdma_copy_use(c, fd);
     if (req == FIONREAD && c->rx_skip) {
         int q = 0; /* the kernel's count holds bytes we read on the ring */
-        syscall(SYS_ioctl, fd, FIONREAD, &q);
+        vs_syscall(SYS_ioctl, fd, FIONREAD, &q);
         *value = (uint64_t)q > c->rx_skip ? q - (int)c->rx_skip : 0;
         return true;
     }
@@ -734,7 +717,7 @@ bool vs_rdma_ioctl(struct vs_sock *s, int fd, unsigned long req, int *value)
     if (req == SIOCOUTQ && vs_stream_tx_on_transport(&c->st)) {
         uint64_t n = c->tx_head - vs_rdma_peer_tail(c);
         int q = 0;
-        syscall(SYS_ioctl, fd, SIOCOUTQ, &q);
+        vs_syscall(SYS_ioctl, fd, SIOCOUTQ, &q);
         *value = (int)(n > INT32_MAX ? INT32_MAX : n) + q;
         return true;
     }

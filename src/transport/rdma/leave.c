@@ -23,7 +23,6 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -31,7 +30,8 @@
 #include "config/log.h"
 #include "core/clock.h"
 #include "core/reason.h"
-#include "interpose/real.h"
+#include "base/real.h"
+#include "base/syscall.h"
 #include "transport/rdma/conn.h"
 #include "transport/rdma/rdma.h"
 #include "transport/stream_io.h"
@@ -270,7 +270,7 @@ static bool peer_spoke_on_tcp(struct vs_rdma_conn *c, int fd)
     uint64_t before_switch =
         c->st.rx_switch_at > c->st.tcp_rx ? c->st.rx_switch_at - c->st.tcp_rx : 0;
     int queued = 0;
-    if (syscall(SYS_ioctl, fd, FIONREAD, &queued) == 0 && (uint64_t)queued > before_switch)
+    if (vs_syscall(SYS_ioctl, fd, FIONREAD, &queued) == 0 && (uint64_t)queued > before_switch)
         return true;
     return before_switch == 0 && vs_tcp_peek(fd) != -EAGAIN; /* its end, or an error */
 }

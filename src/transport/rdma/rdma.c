@@ -17,32 +17,12 @@
 #include "core/ownfd.h"
 #include "core/reason.h"
 #include <fcntl.h>
-#include "interpose/real.h"
+#include "base/real.h"
+#include "transport/addr.h"
 #include "transport/rdma/conn.h"
 #include "transport/rdma/dev.h"
 #include "transport/rdma/ops.h"
 #include "transport/rdma/rdma.h"
-
-static bool tcp_stream(const struct vs_sock *s)
-{
-    return s->type == SOCK_STREAM && (s->protocol == 0 || s->protocol == IPPROTO_TCP);
-}
-
-static bool eligible(struct vs_sock *s)
-{
-    return (vs_config.transports & VS_TRANSPORT_BIT(VS_TRANSPORT_RDMA)) && tcp_stream(s) &&
-           !s->ops && !atomic_load(&s->in_epoll_plain);
-}
-
-static bool is_loopback(const struct sockaddr_storage *ss)
-{
-    if (ss->ss_family == AF_INET)
-        return (ntohl(((const struct sockaddr_in *)ss)->sin_addr.s_addr) >> 24) == 127;
-    const struct sockaddr_in6 *in6 = (const void *)ss;
-    if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr))
-        return in6->sin6_addr.s6_addr[12] == 127;
-    return IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr);
-}
 
 /* Cheap reasons not to try, before any state is made: no device on this
  * machine (one look per process), a loopback peer (RDMA cannot route it),
@@ -54,7 +34,7 @@ static const char *not_worth(bool accepter, const struct sockaddr_storage *peer)
         present = vs_rdma_dev_channel_possible();
     if (!present)
         return VS_REASON_NO_RDMA_DEVICE;
-    if (is_loopback(peer))
+    if (vs_addr_loopback(peer))
         return VS_REASON_NO_RDMA_DEVICE;
     if (vs_rdma_peer_cache_plain(accepter, peer))
         return VS_REASON_PEER_CACHED;
@@ -64,7 +44,7 @@ static const char *not_worth(bool accepter, const struct sockaddr_storage *peer)
 static void offer(struct vs_sock *s, int fd, bool accepter, const struct sockaddr *peer,
                   socklen_t len)
 {
-    if (!eligible(s))
+    if (!vs_upgrade_eligible(s, VS_TRANSPORT_RDMA))
         return;
     struct vs_rdma_conn *c = vs_rdma_conn_new(s, accepter, fd, peer, len);
     if (!c)
@@ -115,11 +95,8 @@ void vs_rdma_sync(struct vs_sock *s, int fd)
     struct vs_rdma_conn *c = s->conn;
     int hs = atomic_load_explicit(&c->hs, memory_order_acquire);
     if (hs == s->conn_shown && (hs == VS_RDMA_DONE || hs == VS_RDMA_FAILED)) {
-        if (hs == VS_RDMA_DONE && s->transport == VS_TRANSPORT_RDMA &&
-            atomic_load_explicit(&c->st.rx_reverted, memory_order_relaxed)) {
-            s->transport = VS_TRANSPORT_KERNEL;
-            vs_stats_set_transport(s->stat, VS_TRANSPORT_KERNEL, VS_REASON_PEER_LEFT);
-        }
+        if (hs == VS_RDMA_DONE)
+            vs_upgrade_show_peer_left(s, VS_TRANSPORT_RDMA, &c->st);
         return;
     }
     if (hs != VS_RDMA_DONE && hs != VS_RDMA_FAILED) {
@@ -129,11 +106,8 @@ void vs_rdma_sync(struct vs_sock *s, int fd)
         hs = atomic_load(&c->hs);
     }
     if (hs != VS_RDMA_DONE && hs != VS_RDMA_FAILED) {
-        if (hs != VS_RDMA_YOUNG && s->conn_shown != VS_RDMA_LISTEN) {
-            s->conn_shown = VS_RDMA_LISTEN;
-            vs_stats_set_reason_due(s->stat, VS_REASON_PENDING,
-                                    c->up.deadline_ns + VS_UPGRADE_GRACE_NS - vs_now_ns());
-        }
+        if (hs != VS_RDMA_YOUNG)
+            vs_upgrade_show_pending(s, &c->up, VS_RDMA_LISTEN);
         return;
     }
     s->conn_shown = hs;

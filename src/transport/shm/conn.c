@@ -7,7 +7,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -18,7 +17,9 @@
 #include "core/ownfd.h"
 #include "core/reason.h"
 #include "core/sock.h"
-#include "interpose/real.h"
+#include "base/real.h"
+#include "base/syscall.h"
+#include "transport/addr.h"
 #include "transport/shm/conn.h"
 #include "transport/shm/ops.h"
 #include "transport/shm/proto.h"
@@ -123,19 +124,7 @@ struct vs_shm_conn *vs_shm_conn_new(struct vs_sock *s, bool accepter, int fd,
     c->rendezvous = c->rendezvous_no = -1;
     c->rx.fd = c->tx.fd = -1;
     vs_upgrade_init(&c->up);
-    socklen_t llen = sizeof(c->local), plen = sizeof(c->peer);
-    if (peer && len <= sizeof(c->peer))
-        memcpy(&c->peer, peer, len);
-    if (s->have_addrs) {
-        c->local = s->local;
-        if (!peer)
-            c->peer = s->peer;
-    } else if (vs_real.getsockname(fd, (void *)&c->local, &llen) < 0 ||
-               (!peer && vs_real.getpeername(fd, (void *)&c->peer, &plen) < 0)) {
-        page_put(c, true);
-        return NULL;
-    }
-    if (c->peer.ss_family != AF_INET && c->peer.ss_family != AF_INET6) {
+    if (vs_addr_of_conn(s, fd, peer, len, &c->local, &c->peer) < 0) {
         page_put(c, true);
         return NULL;
     }
@@ -319,7 +308,7 @@ static void leave_one(int fd, struct vs_sock *s, void *arg)
     if (s->ops != &vs_shm_ops || !c)
         return;
     if (how->inherited_only) {
-        long fl = syscall(SYS_fcntl, fd, F_GETFD);
+        long fl = vs_syscall(SYS_fcntl, fd, F_GETFD);
         if (fl < 0 || (fl & FD_CLOEXEC))
             return;
     }
@@ -333,7 +322,7 @@ static void mark_inherited(int fd, struct vs_sock *s, void *arg)
     (void)arg;
     if (s->ops != &vs_shm_ops || !s->conn)
         return;
-    long fl = syscall(SYS_fcntl, fd, F_GETFD);
+    long fl = vs_syscall(SYS_fcntl, fd, F_GETFD);
     if (fl < 0 || (fl & FD_CLOEXEC))
         return;
     for (size_t i = 0; i < held_count; i++)

@@ -17,7 +17,7 @@
 #include "core/sock.h"
 #include "memory/plock.h"
 #include "memory/ring.h"
-#include "readiness/epoll.h"
+#include "transport/wake.h"
 #include "transport/stream.h"
 #include "transport/upgrade.h"
 
@@ -140,9 +140,7 @@ uint64_t vs_shm_diag_inode(const struct sockaddr_storage *local,
  * publishes cold_rec, so one of the two sees the other. */
 static inline void vs_shm_pass_news_on(struct vs_shm_conn *c)
 {
-    void *cold = atomic_load(&c->cold_rec);
-    if (cold)
-        vs_epoll_kick(cold);
+    vs_wake_cold(&c->cold_rec);
 }
 
 /* The connection's phase or the peer's state changed (c->gen): readiness
@@ -151,7 +149,7 @@ static inline void vs_shm_bump(struct vs_shm_conn *c)
 {
     atomic_fetch_add(&c->gen, 1);
     vs_shm_pass_news_on(c);
-    vs_epoll_phase_changed();
+    vs_wake_phase_changed();
 }
 
 /* A descriptor of C (chan, rendezvous, rx.fd) as this process may use it:

@@ -12,10 +12,10 @@
 #include <netinet/tcp.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
-#include "interpose/real.h"
+#include "base/real.h"
+#include "base/syscall.h"
 #include "transport/shm/conn.h"
 
 /* Fills ADDR (4 words, network order) and PORT; FAMILY is the family to ask
@@ -77,7 +77,7 @@ static uint64_t query(int family, const struct sockaddr_storage *local,
             *uid = m->idiag_uid;
         }
     }
-    syscall(SYS_close, nl);
+    vs_syscall(SYS_close, nl);
     return ino;
 }
 

@@ -16,7 +16,6 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -25,7 +24,8 @@
 #include "core/clock.h"
 #include "config/config.h"
 #include "config/log.h"
-#include "interpose/real.h"
+#include "base/real.h"
+#include "base/syscall.h"
 #include "transport/shm/conn.h"
 #include "transport/shm/proto.h"
 #include "transport/shm/shm.h"
@@ -41,7 +41,7 @@
 static void close_fd(int *fd)
 {
     if (*fd >= 0)
-        syscall(SYS_close, *fd);
+        vs_syscall(SYS_close, *fd);
     *fd = -1;
 }
 
@@ -97,7 +97,7 @@ int vs_shm_rendezvous_listen(struct vs_shm_conn *c)
         return -errno;
     if (vs_real.bind(fd, (void *)&un, len) < 0 || vs_real.listen(fd, 4) < 0) {
         int err = errno;
-        syscall(SYS_close, fd);
+        vs_syscall(SYS_close, fd);
         return -err;
     }
     c->rendezvous = c->rendezvous_no = vs_shm_own_fd(c, fd);
@@ -188,7 +188,7 @@ static int recv_msg(int chan, struct vs_shm_msg *m, int *fds, int *nfds)
             if (*nfds < MAX_FDS)
                 fds[(*nfds)++] = fd;
             else
-                syscall(SYS_close, fd);
+                vs_syscall(SYS_close, fd);
         }
     }
     if (!vs_shm_msg_ok(m, (size_t)n, mh.msg_flags)) {
@@ -228,7 +228,7 @@ static int proof_fd(int chan, int fd)
         return -1;
     char path[64];
     snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-    return (int)syscall(SYS_openat, AT_FDCWD, path, O_PATH | O_CLOEXEC);
+    return (int)vs_syscall(SYS_openat, AT_FDCWD, path, O_PATH | O_CLOEXEC);
 }
 
 static bool peer_uid_ok(int chan)
@@ -464,7 +464,7 @@ static int take_caller(struct vs_shm_conn *c)
         }
         vs_info("shm: refused a rendezvous caller of a user VSOCKET_SHM_PEERS does not allow");
         c->refusal = VS_REASON_PEER_CREDENTIALS;
-        syscall(SYS_close, chan);
+        vs_syscall(SYS_close, chan);
     }
 }
 

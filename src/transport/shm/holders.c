@@ -20,10 +20,10 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "core/clock.h"
+#include "base/syscall.h"
 #include "transport/shm/conn.h"
 #include "transport/shm/shm_internal.h"
 
@@ -40,7 +40,7 @@ static pid_t self;
 static pid_t my_pid(void)
 {
     if (!self)
-        self = (pid_t)syscall(SYS_getpid);
+        self = (pid_t)vs_syscall(SYS_getpid);
     return self;
 }
 
@@ -104,11 +104,11 @@ static bool zombie(int pid)
 {
     char path[32], buf[256];
     snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-    int fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
+    int fd = (int)vs_syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return false;
-    ssize_t n = syscall(SYS_read, fd, buf, sizeof(buf) - 1);
-    syscall(SYS_close, fd);
+    ssize_t n = vs_syscall(SYS_read, fd, buf, sizeof(buf) - 1);
+    vs_syscall(SYS_close, fd);
     if (n <= 0)
         return false;
     buf[n] = 0;

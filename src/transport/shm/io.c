@@ -13,16 +13,16 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/ioctl.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <linux/sockios.h>
 
 #include "core/clock.h"
 #include "config/log.h"
-#include "interpose/real.h"
-#include "interpose/signals.h"
-#include "readiness/wait_common.h"
+#include "base/real.h"
+#include "base/signals.h"
+#include "core/spin.h"
+#include "base/syscall.h"
 #include "transport/shm/conn.h"
 #include "transport/shm/proto.h"
 #include "transport/shm/reclaim.h"
@@ -38,11 +38,7 @@
 static int sleep_on(struct vs_shm_conn *c, int fd, struct vs_ring *ring, short tcp_events,
                     struct vs_blocking *b)
 {
-    if (!b->started) {
-        b->started = true;
-        b->timeout_ns = vs_sock_timeout_ns(fd, b->opt);
-        b->deadline = b->timeout_ns < 0 ? -1 : vs_now_ns() + b->timeout_ns;
-    }
+    vs_blocking_start(b, fd);
     bool want_data = ring && ring->role == VS_RING_CONSUMER;
     if (ring && vs_shm_spin(ring, want_data))
         return 0;
@@ -54,11 +50,8 @@ static int sleep_on(struct vs_shm_conn *c, int fd, struct vs_ring *ring, short t
     /* Two threads asleep on one side channel (a sender and a receiver):
      * the one that wakes first reads the messages, and the other's ppoll
      * may then not see the wake-up meant for it. Short naps bound that. */
-    bool shared = atomic_fetch_add(&c->sleepers, 1) > 0;
-    long slice = shared ? VS_WAIT_SHARED_NAP_NS : VS_WAIT_SLICE_NS;
-    bool nap = left < 0 || left > slice;
-    if (nap)
-        left = slice;
+    bool shared = atomic_fetch_add(&c->sleepers, 1) > 0, nap;
+    left = vs_wait_sleep_ns(left, shared, &nap);
     struct timespec ts, *tsp = NULL;
     if (left >= 0) {
         ts.tv_sec = left / 1000000000L;
@@ -73,7 +66,7 @@ static int sleep_on(struct vs_shm_conn *c, int fd, struct vs_ring *ring, short t
             return 0;
         }
     }
-    int n = (int)syscall(SYS_ppoll, p, p[1].fd >= 0 ? 2 : 1, tsp, NULL, _NSIG / 8);
+    int n = (int)vs_syscall(SYS_ppoll, p, p[1].fd >= 0 ? 2 : 1, tsp, NULL, _NSIG / 8);
     int err = errno;
     vs_spin_woke();
     atomic_fetch_sub(&c->sleepers, 1);
@@ -158,6 +151,13 @@ static void ring_control(struct vs_sock *s, struct vs_shm_conn *c, struct msghdr
     msg->msg_controllen = CMSG_SPACE(sizeof(int));
 }
 
+static void tcp_rx_progress(void *c, int fd)
+{
+    vs_shm_progress(c, fd);
+}
+
+static const struct vs_stream_rx_hooks tcp_rx = {.progress = tcp_rx_progress};
+
 ssize_t vs_shm_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags)
 {
     struct vs_shm_conn *c = s->conn;
@@ -183,33 +183,16 @@ ssize_t vs_shm_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags)
     for (;;) {
         ssize_t n;
         if (!vs_shm_rx_on_ring(c)) {
-            uint64_t limit = vs_stream_tcp_rx_limit(&c->st);
-            if (atomic_load(&c->st.violated)) {
-                err = ECONNRESET;
-                break;
-            }
-            if (limit == 0)
-                continue; /* the switch point: the ring from now on */
-            n = vs_stream_tcp_recv(&c->st, fd, msg, namelen, total, limit, flags);
-            if (n > 0) {
-                total += (size_t)n;
+            int r = vs_stream_tcp_rx_step(&c->st, fd, msg, namelen, &total, flags, &tcp_rx, c);
+            if (r == 1) {
                 if (total >= target)
                     break;
                 continue;
             }
-            if (n < 0 && errno != EAGAIN) {
-                err = errno;
+            if (r == 0)
                 break;
-            }
-            /* Empty or end of stream: the peer may have switched meanwhile. */
-            bool knew = atomic_load(&c->st.rx_switch_known);
-            vs_shm_progress(c, fd);
-            if (!knew && atomic_load(&c->st.rx_switch_known))
-                continue;
-            if (n == 0) {
-                vs_debug("recv fd %d: TCP EOF at %lu (switch known %d at %lu)", fd,
-                         (unsigned long)c->st.tcp_rx, atomic_load(&c->st.rx_switch_known),
-                         (unsigned long)c->st.rx_switch_at);
+            if (r != -EAGAIN) {
+                err = -r;
                 break;
             }
         } else {
@@ -260,13 +243,7 @@ ssize_t vs_shm_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags)
     if (from_ring)
         ring_control(s, c, msg, cap);
     vs_plock_unlock(&c->rx_lock);
-    if (total > 0)
-        return (ssize_t)total;
-    if (err) {
-        errno = err;
-        return -1;
-    }
-    return 0;
+    return vs_stream_result(total, err);
 }
 
 /* Sender: move to the ring at the next byte, once the peer's ring is ours.
@@ -313,7 +290,7 @@ static int finish_revert(struct vs_shm_conn *c, int fd)
                     continue;
                 if (errno == EAGAIN) {
                     struct pollfd p = {.fd = fd, .events = POLLOUT};
-                    syscall(SYS_ppoll, &p, 1, NULL, NULL, _NSIG / 8);
+                    vs_syscall(SYS_ppoll, &p, 1, NULL, NULL, _NSIG / 8);
                     continue;
                 }
                 return -errno;
@@ -461,10 +438,7 @@ ssize_t vs_shm_sendmsg(struct vs_sock *s, int fd, const struct msghdr *msg, int 
             }
         }
         if (!vs_shm_tx_on_ring(c)) {
-            n = vs_real.sendmsg(fd, msg, flags);
-            if (n > 0)
-                c->st.tcp_tx += (uint64_t)n;
-            n = n < 0 ? -errno : n;
+            n = vs_stream_tcp_send(&c->st, fd, msg, flags);
             break;
         }
         n = ring_send(c, fd, msg->msg_iov, (int)msg->msg_iovlen, flags);
@@ -473,11 +447,7 @@ ssize_t vs_shm_sendmsg(struct vs_sock *s, int fd, const struct msghdr *msg, int 
         break;
     }
     vs_plock_unlock(&c->tx_lock);
-    if (n < 0) {
-        errno = (int)-n;
-        return -1;
-    }
-    return n;
+    return vs_errno_result(n);
 }
 
 ssize_t vs_shm_sendfile(struct vs_sock *s, int fd, int in_fd, off_t *offset, size_t count)

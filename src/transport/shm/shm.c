@@ -5,59 +5,27 @@
 #include <poll.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "core/clock.h"
 #include "config/config.h"
 #include "config/log.h"
 #include "core/reason.h"
-#include "interpose/real.h"
-#include "readiness/wait_common.h"
+#include "base/real.h"
+#include "core/spin.h"
+#include "base/syscall.h"
+#include "transport/addr.h"
 #include "transport/shm/conn.h"
 #include "transport/shm/ops.h"
 #include "transport/shm/reclaim.h"
 #include "transport/shm/shm.h"
 #include "transport/shm/shm_internal.h"
 
-static bool tcp_stream(const struct vs_sock *s)
-{
-    return s->type == SOCK_STREAM && (s->protocol == 0 || s->protocol == IPPROTO_TCP);
-}
-
-static bool eligible(struct vs_sock *s)
-{
-    return (vs_config.transports & VS_TRANSPORT_BIT(VS_TRANSPORT_SHM)) && tcp_stream(s) &&
-           !s->ops && !atomic_load(&s->in_epoll_plain);
-}
-
-static bool is_loopback(const struct sockaddr_storage *ss)
-{
-    if (ss->ss_family == AF_INET) {
-        const struct sockaddr_in *in = (const void *)ss;
-        return (ntohl(in->sin_addr.s_addr) >> 24) == 127;
-    }
-    const struct sockaddr_in6 *in6 = (const void *)ss;
-    if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr))
-        return in6->sin6_addr.s6_addr[12] == 127;
-    return IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr);
-}
-
-static bool same_addr(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
-{
-    if (a->ss_family != b->ss_family)
-        return false;
-    if (a->ss_family == AF_INET)
-        return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
-               ((const struct sockaddr_in *)b)->sin_addr.s_addr;
-    return memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
-                  &((const struct sockaddr_in6 *)b)->sin6_addr, sizeof(struct in6_addr)) == 0;
-}
-
 /* Same host: a loopback peer, or one that has our own address. */
 static bool peer_is_local(const struct vs_shm_conn *c)
 {
-    return is_loopback(&c->peer) || same_addr(&c->local, &c->peer);
+    return vs_addr_loopback(&c->peer) ||
+           vs_addr_same_ip((const struct sockaddr *)&c->local, (const struct sockaddr *)&c->peer);
 }
 
 static void attach(struct vs_sock *s, struct vs_shm_conn *c)
@@ -70,7 +38,7 @@ static void attach(struct vs_sock *s, struct vs_shm_conn *c)
 
 void vs_shm_on_connect(struct vs_sock *s, int fd, const struct sockaddr *peer, socklen_t len)
 {
-    if (!eligible(s))
+    if (!vs_upgrade_eligible(s, VS_TRANSPORT_SHM))
         return;
     struct vs_shm_conn *c = vs_shm_conn_new(s, false, fd, peer, len);
     if (!c)
@@ -86,7 +54,7 @@ void vs_shm_on_connect(struct vs_sock *s, int fd, const struct sockaddr *peer, s
 
 void vs_shm_on_accept(struct vs_sock *s, int fd)
 {
-    if (!eligible(s))
+    if (!vs_upgrade_eligible(s, VS_TRANSPORT_SHM))
         return;
     struct vs_shm_conn *c = vs_shm_conn_new(s, true, fd, NULL, 0);
     if (!c)
@@ -106,11 +74,8 @@ void vs_shm_sync(struct vs_sock *s, int fd)
     int hs = atomic_load_explicit(&c->hs, memory_order_acquire);
     if (hs == s->conn_shown && (hs == VS_HS_DONE || hs == VS_HS_FAILED)) {
         /* The peer left the rings (exec, stdio, splice): say so once. */
-        if (hs == VS_HS_DONE && s->transport == VS_TRANSPORT_SHM &&
-            atomic_load_explicit(&c->st.rx_reverted, memory_order_relaxed)) {
-            s->transport = VS_TRANSPORT_KERNEL;
-            vs_stats_set_transport(s->stat, VS_TRANSPORT_KERNEL, VS_REASON_PEER_LEFT);
-        }
+        if (hs == VS_HS_DONE)
+            vs_upgrade_show_peer_left(s, VS_TRANSPORT_SHM, &c->st);
         return;
     }
     if (hs != VS_HS_DONE && hs != VS_HS_FAILED) {
@@ -121,11 +86,8 @@ void vs_shm_sync(struct vs_sock *s, int fd)
     }
     if (hs != VS_HS_DONE && hs != VS_HS_FAILED) {
         /* Under way: say so once, with the time by which it ends. */
-        if (hs != VS_HS_YOUNG && s->conn_shown != VS_HS_LISTEN) {
-            s->conn_shown = VS_HS_LISTEN;
-            vs_stats_set_reason_due(s->stat, VS_REASON_PENDING,
-                                    c->up.deadline_ns + VS_UPGRADE_GRACE_NS - vs_now_ns());
-        }
+        if (hs != VS_HS_YOUNG)
+            vs_upgrade_show_pending(s, &c->up, VS_HS_LISTEN);
         return;
     }
     s->conn_shown = hs;
@@ -220,7 +182,7 @@ static int tcp_revents_now(int fd, unsigned events)
 {
     struct pollfd p = {.fd = fd, .events = (short)events};
     struct timespec zero = {0, 0};
-    if (syscall(SYS_ppoll, &p, 1, &zero, NULL, _NSIG / 8) < 0)
+    if (vs_syscall(SYS_ppoll, &p, 1, &zero, NULL, _NSIG / 8) < 0)
         return 0;
     return p.revents;
 }

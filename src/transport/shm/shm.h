@@ -93,7 +93,7 @@ void vs_shm_before_exec(void);
 void vs_shm_exec_failed(void);
 
 /* The same for every connection of the process (a seccomp filter goes in:
- * core/sandbox.h). */
+ * base/sandbox.h). */
 void vs_shm_leave_all(const char *reason);
 
 /* The same for one connection, FD, whose bytes are about to move out of

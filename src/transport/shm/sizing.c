@@ -20,7 +20,7 @@
 #include "core/procfile.h"
 #include "config/config.h"
 #include "core/fdtable.h"
-#include "interpose/real.h"
+#include "base/real.h"
 #include "transport/shm/conn.h"
 #include "transport/shm/sizing.h"
 

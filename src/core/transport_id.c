@@ -1,5 +1,5 @@
-/* transport.c - transport names and what this build contains. */
-#include "transport/transport.h"
+/* transport_id.c - transport names and what this build contains. */
+#include "core/transport_id.h"
 
 #include <string.h>
 

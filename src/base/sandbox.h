@@ -1,4 +1,4 @@
-/* sandbox.h - processes under a seccomp filter.
+/* sandbox.h - processes under a seccomp filter: the watch.
  *
  * A seccomp filter kills the process (or fails the call) on any system call
  * its program did not plan for, and ours are not in its plan. So from the
@@ -25,12 +25,21 @@ static inline bool vs_sandboxed(void)
 /* At load: whether this process already runs under a filter (/proc/self/status). */
 void vs_sandbox_check_at_load(void);
 
-/* The program is about to install a filter: leave the rings, show it, and
- * pass everything through from now on. False when already sandboxed. */
-bool vs_sandbox_enter(void);
+/* The program is about to install a filter: from now on every call passes
+ * through. False when already sandboxed. The stepping aside (leaving the
+ * rings, showing it) is the caller's: interpose/filter.c. */
+bool vs_sandbox_claim(void);
 
-/* The installation vs_sandbox_enter() announced failed: vsocket may act
- * again (the connections that left the rings stay on TCP). */
+/* The installation announced failed: vsocket may act again (the
+ * connections that left the rings stay on TCP). */
 void vs_sandbox_enter_failed(void);
+
+/* In a process under a seccomp filter a wrapper is the
+ * libc call alone: vsocket makes no system call of its own there. */
+#define VS_PASS_IF_SANDBOXED(call)                                                                 \
+    do {                                                                                           \
+        if (__builtin_expect(vs_sandboxed(), 0))                                                   \
+            return call;                                                                           \
+    } while (0)
 
 #endif

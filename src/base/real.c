@@ -1,5 +1,5 @@
 /* real.c - resolution of the libc functions we interpose. */
-#include "interpose/real.h"
+#include "base/real.h"
 
 #include <dlfcn.h>
 #include <stdlib.h>
@@ -12,12 +12,16 @@ int vs_real_resolved;
 
 static void die_unresolved(const char *name)
 {
-    /* Without the real function we cannot even pass a call through. A raw
-     * syscall: write() would be our own, unresolved, wrapper. */
+    /* Without the real function we cannot even pass a call through. libc's
+     * own syscall(), looked up here: write() and syscall() in this library
+     * are our wrappers, and the table is not complete. */
     static const char msg[] = "vsocket: fatal: cannot resolve libc symbol ";
-    syscall(SYS_write, 2, msg, sizeof(msg) - 1);
-    syscall(SYS_write, 2, name, strlen(name));
-    syscall(SYS_write, 2, "\n", 1);
+    long (*sys)(long, ...) = (long (*)(long, ...))dlsym(RTLD_NEXT, "syscall");
+    if (sys) {
+        sys(SYS_write, 2, msg, sizeof(msg) - 1);
+        sys(SYS_write, 2, name, strlen(name));
+        sys(SYS_write, 2, "\n", 1);
+    }
     abort();
 }
 

@@ -15,8 +15,6 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
-#include "core/sandbox.h"
-
 /* X(return type, name, parameter list) for every interposed symbol. */
 #define VS_REAL_SYMBOLS(X)                                                                         \
     X(int, socket, (int, int, int))                                                                \
@@ -105,22 +103,16 @@ extern struct vs_real_table vs_real;
  * another library's constructor), from the first wrapper that runs. */
 void vs_real_init(void);
 
-/* Every interposed entry point starts with this: the table is complete after
- * it. A single relaxed load once the constructor has run. */
-#define VS_REAL_READY()                                                                            \
-    do {                                                                                           \
-        if (__builtin_expect(!vs_real_resolved, 0))                                                \
-            vs_real_init();                                                                        \
-    } while (0)
 extern int vs_real_resolved;
 
-/* In a process under a seccomp filter (core/sandbox.h) a wrapper is the
- * libc call alone: vsocket makes no system call of its own there. */
-#define VS_PASS_IF_SANDBOXED(call)                                                                 \
-    do {                                                                                           \
-        if (__builtin_expect(vs_sandboxed(), 0))                                                   \
-            return call;                                                                           \
-    } while (0)
+/* Every interposed entry point starts with this: the table is complete after
+ * it. A single relaxed load once the constructor has run. */
+static inline void vs_real_ready(void)
+{
+    if (__builtin_expect(!vs_real_resolved, 0))
+        vs_real_init();
+}
+#define VS_REAL_READY() vs_real_ready()
 
 /* The symbols libvsocket exports; everything else is hidden. */
 #define VS_EXPORT __attribute__((visibility("default")))

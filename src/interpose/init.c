@@ -1,24 +1,44 @@
-/* init.c - what happens when libvsocket is loaded, at exit and at fork. */
-#include "core/init.h"
+/* init.c - what happens when libvsocket is loaded, at exit and at fork: the
+ * one place that calls every layer in turn, so it stands on top. */
+#include "interpose/init.h"
 
 #include <pthread.h>
 
+#include "base/real.h"
+#include "base/sandbox.h"
 #include "config/config.h"
 #include "config/log.h"
 #include "config/stats.h"
 #include "core/exec_env.h"
-#include "core/sandbox.h"
 #include "core/sock.h"
-#include "transport/transport.h"
-#include "interpose/real.h"
 #include "readiness/epoll.h"
-#include "readiness/wait_common.h"
+#include "core/spin.h"
+#include "transport/rdma/ops.h"
+#include "transport/shm/ops.h"
+#include "transport/transport.h"
+#include "transport/wake.h"
+
+/* What only this floor may do: give the layers below the names above them.
+ * The transports, in order of preference, to the registry; readiness's
+ * wake-ups to the transports. */
+static void wire(void)
+{
+    static const struct vs_wake_hooks epoll_hooks = {
+        .kick = vs_epoll_kick,
+        .phase_changed = vs_epoll_phase_changed,
+        .shared_read = vs_epoll_wake_shared,
+    };
+    vs_wake_set(&epoll_hooks);
+    vs_transports_register(&vs_shm_ops);
+    vs_transports_register(&vs_rdma_ops);
+}
 
 __attribute__((constructor)) static void vs_load(void)
 {
     /* First: under a filter, nothing below may make a call of its own. */
     vs_sandbox_check_at_load();
     vs_real_init();
+    wire();
     if (vs_sandboxed())
         return;
     vs_config_load(&vs_config);

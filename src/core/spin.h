@@ -1,0 +1,16 @@
+/* spin.h - busy-polling before a wait sleeps (VSOCKET_POLL_US), for
+ * readiness's waits and the transports' blocking calls. */
+#ifndef VSOCKET_SPIN_H
+#define VSOCKET_SPIN_H
+
+#include <stdbool.h>
+
+/* Busy-polls READY(ARG, ARG2) for the thread's current budget (at most
+ * VSOCKET_POLL_US; it adapts, see spin.c). A caller that then
+ * sleeps calls vs_spin_woke() when the sleep ends. */
+bool vs_spin_until(bool (*ready)(void *, const void *), void *arg, const void *arg2);
+void vs_spin_woke(void);
+/* Logs what the process's spins came to (at exit). */
+void vs_spin_report(void);
+
+#endif
