@@ -14,7 +14,7 @@
 #     end: credentials-changed), every byte right.
 # shellcheck source=SCRIPTDIR/../lib.sh
 source "$(dirname "$0")/../lib.sh"
-port=7233
+port=7235
 py=/usr/bin/python3
 case_setup creds
 

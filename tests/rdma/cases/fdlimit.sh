@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# rdma-case-timeout: 900
 # A process at its descriptor limit must not run out sooner than on the
 # kernel. Here a server (ulimit -n 1024) accepts 300 connections from a
 # client that is then stopped (SIGSTOP), so that the server's set-ups wait

@@ -16,7 +16,7 @@
 #   RSYNC_RUNS=50 tools/rdma-guest/run -- bash tests/rdma/cases/rsync.sh
 # shellcheck source=SCRIPTDIR/../lib.sh
 source "$(dirname "$0")/../lib.sh"
-port=7231
+port=7236
 runs=${RSYNC_RUNS:-3}
 case_setup rsync
 command -v rsync >/dev/null || { echo "FAIL: rsync is not installed (scripts/install-deps.sh)"; exit 1; }
