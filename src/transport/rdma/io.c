@@ -320,6 +320,12 @@ ssize_t vs_rdma_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags
     pthread_mutex_lock(&c->rx_lock);
     forked_io(c);
     for (;;) {
+        /* A CUT that came while we slept: our unread bytes go on TCP now.
+         * The peer may wait for them before it answers what we wait for
+         * (found: a server that changed its credentials, and its client
+         * asleep in recv for the echo of a request the server had not
+         * read). */
+        vs_rdma_revert_if_asked(c, fd);
         /* After a CUT, what the peer resends that we read already. */
         int settled = vs_rdma_settle(c, fd);
         if (settled < 0) {

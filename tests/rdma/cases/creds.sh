@@ -77,10 +77,12 @@ b.close()
 sys.exit(0 if ok else 1)
 PY
 
-vs_run $py "$tmp/server.py" "$IP" $port "$tmp/go" >"$tmp/server.log" 2>&1 &
+vs_run VSOCKET_LOG_LEVEL="${CREDS_LOG_LEVEL:-info}" VSOCKET_LOG_FILE="$tmp/server-vs.log" \
+  $py "$tmp/server.py" "$IP" $port "$tmp/go" >"$tmp/server.log" 2>&1 &
 pids+=("$!")
 wait_port $port
-vs_run $py "$tmp/client.py" "$IP" $port "$tmp/after" "$tmp/release" >"$tmp/client.log" 2>&1 &
+vs_run VSOCKET_LOG_LEVEL="${CREDS_LOG_LEVEL:-info}" VSOCKET_LOG_FILE="$tmp/client-vs.log" \
+  $py "$tmp/client.py" "$IP" $port "$tmp/after" "$tmp/release" >"$tmp/client.log" 2>&1 &
 cli=$!
 pids+=("$cli")
 expect_rdma_rows 2
