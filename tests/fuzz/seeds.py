@@ -256,6 +256,91 @@ PROOF = {
     "empty": proof(c2a=(b"", ()), a2c=(b"", ())),
 }
 
+# --- the RDMA receive side (fuzz_rdma_msg.c) ---
+
+
+def le3(v):
+    return struct.pack("<I", v & 0xFFFFFF)[:3]
+
+
+def rdma_setup(ring_log=1, depth=8, inline=True):
+    """Ring of 4 KiB << RING_LOG, DEPTH (2 to 9) work requests per queue."""
+    return bytes([ring_log | (depth - 2) << 3 | (0 if inline else 0x80)])
+
+
+def peer_write(n):
+    """Honest: N bytes (at most the room the credit leaves)."""
+    return b"\x00\x00" + le3(n - 1)
+
+
+def peer_write_past(extra):
+    return b"\x00\x02" + bytes([extra])
+
+
+def peer_write_misplaced(n, at):
+    return b"\x00\x04" + le3(n - 1) + le3(at)
+
+
+# Message types as fuzz_rdma_msg.c's table numbers them.
+M_PROOF, M_RING, M_SWITCH, M_SHUT, M_REVERT, M_CREDIT_REQ, M_OFFER, M_RX_WAIT, M_CUT = range(9)
+
+
+def peer_send(type_, mode=0, fields=b"", length=None):
+    if length is not None:
+        mode |= 0x80
+        fields += bytes([length])
+    return b"\x02" + bytes([type_, mode]) + fields
+
+
+def offer(n, a_delta=None):
+    """OFFER of N bytes at the peer's head (or nudged by A_DELTA)."""
+    if a_delta is None:
+        return peer_send(M_OFFER, 0, le3(n - 1))
+    return peer_send(M_OFFER, 1, bytes([a_delta & 0xFF]) + le3(n - 1))
+
+
+ADAPTER_DONE = b"\x03\x00"
+ADAPTER_FAIL = b"\x03\x0f"
+ADAPTER_GARBAGE = b"\x03\x10"
+POLL = b"\x04"
+RECV_FAILED = b"\x07"
+
+
+def reader(want, poll=True, peek=False, credit=True, wake=True):
+    mode = (1 if poll else 0) | (2 if peek else 0) | (4 if credit else 0) | (8 if wake else 0)
+    return b"\x05" + bytes([mode]) + le3(want)
+
+
+def scribble(at, data):
+    return b"\x06" + le3(at) + bytes([len(data)]) + data
+
+
+RDMA_MSG = {
+    "honest": rdma_setup() + peer_write(1000) + POLL + reader(600) + ADAPTER_DONE + peer_write(7000)
+    + reader(8000) + ADAPTER_DONE + peer_write(8192) + reader(9000) + ADAPTER_DONE,
+    "offer": rdma_setup() + peer_write(100) + offer(20000) + POLL + reader(50) + reader(50)
+    + reader(1) + ADAPTER_DONE * 4 + POLL + reader(8192) + reader(1) + ADAPTER_DONE * 4 + POLL
+    + reader(20000) + ADAPTER_DONE * 6 + POLL + reader(20000) + peer_write(10) + POLL + reader(10),
+    "offers_queued": rdma_setup(depth=9) + offer(10) + offer(10, 0) + offer(5) + POLL + reader(30),
+    "cut": rdma_setup() + peer_write(500) + POLL + reader(100) + ADAPTER_DONE
+    + peer_send(M_CUT, 0, b"") + POLL + reader(400) + peer_write(5) + POLL,
+    "shut": rdma_setup() + peer_write(10) + peer_send(M_SHUT) + POLL + reader(20) + peer_write(3)
+    + peer_send(M_SHUT, 1, b"\x05") + POLL,
+    "credit_req": rdma_setup(depth=2) + peer_write(100) + POLL + reader(100, credit=False)
+    + peer_send(M_CREDIT_REQ) * 2 + POLL + ADAPTER_DONE + peer_send(M_CREDIT_REQ) + POLL
+    + ADAPTER_DONE * 2,
+    "lies": rdma_setup() + peer_write_past(1) + POLL + peer_send(M_OFFER, 1, b"\x07" + le3(5))
+    + peer_send(9, 0, u16(0x30) + u64(0) + u64(0)) + peer_send(M_RX_WAIT, length=10) + peer_send(M_REVERT, 0, u64(1) + u64(2))
+    + peer_send(M_RING, 0, u64(0) + u64(0)) + POLL + reader(10),
+    "misplaced": rdma_setup() + peer_write_misplaced(100, 4000) + POLL + reader(100)
+    + scribble(5, b"xyz") + reader(1),
+    "broken": rdma_setup() + peer_write(10) + RECV_FAILED + POLL + reader(10) + offer(100) + POLL
+    + reader(10) + ADAPTER_FAIL + POLL + reader(100),
+    "switch_rx_wait": rdma_setup(ring_log=0, depth=3, inline=False)
+    + peer_send(M_SWITCH, 0, u64(0) + u64(0))
+    + peer_send(M_RX_WAIT) + peer_write(4096) + POLL + reader(4096) + ADAPTER_GARBAGE,
+}
+
 # The findings (docs/design/fuzzing.md), written as programs; the fuzzer's
 # own reproducers are copied into regressions/<target>/ as they are.
 STREAM_REGRESSIONS = {
@@ -271,6 +356,7 @@ def main():
     for kind, target, seeds in (("corpus", "ring", RING), ("corpus", "ring_attach", ATTACH),
                                 ("corpus", "stream", STREAM),
                                 ("corpus", "rdma_proof", PROOF),
+                                ("corpus", "rdma_msg", RDMA_MSG),
                                 ("regressions", "stream", STREAM_REGRESSIONS)):
         d = os.path.join(HERE, kind, target)
         os.makedirs(d, exist_ok=True)
