@@ -341,6 +341,69 @@ RDMA_MSG = {
     + peer_send(M_RX_WAIT) + peer_write(4096) + POLL + reader(4096) + ADAPTER_GARBAGE,
 }
 
+# --- the RDMA rendezvous (fuzz_rdma_setup.c) ---
+
+
+def rdma_start(accepter, ipv6=False, c2a=100, a2c=200, ring_log=0, depth=6):
+    g = (1 if accepter else 0) | (2 if ipv6 else 0) | ring_log << 2 | (depth - 2) << 5
+    return bytes([g]) + u16(c2a) + u16(a2c)
+
+
+def call(mode=0, other_host=False, nonce=1, extra=b""):
+    """The accepter's call on the connector under test (EXTRA: the fields
+    MODE asks for, in order: magic, version, tx, rx, length)."""
+    return b"\x00" + bytes([mode, 1 if other_host else 0, nonce]) + extra
+
+
+def answer(reject=False, mode=0, flip=0, code=0, extra=b""):
+    """The connector's answer to the accepter under test."""
+    out = b"\x00" + bytes([1 if reject else 0, mode, flip])
+    return out + extra[:0] + (bytes([code]) if reject else b"") + extra
+
+
+ROUTE = b"\x01"
+
+
+def setup_msg(size_log=2, mode=0, flip=0, type_=None, extra=b""):
+    out = b"\x02" + bytes([mode | (0x40 if type_ is not None else 0), flip])
+    if type_ is not None:
+        out += u16(type_)
+    return out + bytes([size_log]) + extra
+
+
+PROGRESS = b"\x03"
+SEND_DONE = b"\x04\x00"
+SEND_FAILED = b"\x04\x07"
+
+
+def event(index, ours=True, pdata=b""):
+    return b"\x05" + bytes([index, 1 if ours else 0, len(pdata)]) + pdata
+
+
+RDMA_SETUP = {
+    "conn_honest": rdma_start(False) + call() + setup_msg() + PROGRESS + SEND_DONE,
+    "conn_ipv6": rdma_start(False, ipv6=True, ring_log=3) + call() + setup_msg(5) + PROGRESS,
+    "conn_wrong_proof": rdma_start(False) + call() + setup_msg(flip=3) + PROGRESS + call(nonce=2)
+    + setup_msg() + PROGRESS,
+    "conn_refusals": rdma_start(False) + call(other_host=True) + call(0x80, extra=b"\x0a")
+    + call(0x10, extra=u32(0x1234)) + call(0x20, extra=u16(2)) + call() + call(),
+    "conn_not_yet": rdma_start(False, c2a=0, a2c=0) + call() + call(1, extra=b"\x05"),
+    "conn_bad_ring": rdma_start(False) + call() + setup_msg(mode=2, extra=u64(12345)) + PROGRESS,
+    "conn_ring_msg": rdma_start(False) + call() + setup_msg(type_=2) + PROGRESS,
+    "conn_events": rdma_start(False) + call() + event(5) + event(4) + call() + event(6, False)
+    + PROGRESS,
+    "acc_honest": rdma_start(True) + ROUTE + answer() + setup_msg() + PROGRESS + SEND_DONE,
+    "acc_rejected": rdma_start(True, ipv6=True) + ROUTE + answer(True, code=4),
+    "acc_retry": rdma_start(True) + ROUTE + answer(True, code=1) + PROGRESS + ROUTE,
+    "acc_wrong_proof": rdma_start(True) + ROUTE + answer(flip=1),
+    "acc_counts_lie": rdma_start(True) + ROUTE + answer(mode=1, extra=b"\x10") + setup_msg(3)
+    + PROGRESS,
+    "acc_malformed": rdma_start(True) + ROUTE + answer(mode=0x80, extra=b"\x20"),
+    "acc_proof_for_ring": rdma_start(True) + ROUTE + answer() + setup_msg(type_=1) + PROGRESS,
+    "acc_events": rdma_start(True) + event(0) + ROUTE + event(4) + ROUTE + answer() + event(5)
+    + SEND_FAILED + PROGRESS,
+}
+
 # The findings (docs/design/fuzzing.md), written as programs; the fuzzer's
 # own reproducers are copied into regressions/<target>/ as they are.
 STREAM_REGRESSIONS = {
@@ -357,6 +420,7 @@ def main():
                                 ("corpus", "stream", STREAM),
                                 ("corpus", "rdma_proof", PROOF),
                                 ("corpus", "rdma_msg", RDMA_MSG),
+                                ("corpus", "rdma_setup", RDMA_SETUP),
                                 ("regressions", "stream", STREAM_REGRESSIONS)):
         d = os.path.join(HERE, kind, target)
         os.makedirs(d, exist_ok=True)
