@@ -403,7 +403,12 @@ static void progress(void)
             FZ_CHECK(hs() == (bad + 1 >= 3 ? VS_RDMA_FAILED : VS_RDMA_LISTEN) && !exposed(),
                      "a false proof: state %d, exposed %d", hs(), exposed());
         else if (!s.msg_ok)
-            FZ_CHECK(hs() == VS_RDMA_FAILED, "a bad set-up message: state %d", hs());
+            /* The peer's fault, said as such (F5: a connector said
+             * no-resources for a ring size no honest peer states). */
+            FZ_CHECK(hs() == VS_RDMA_FAILED &&
+                         strcmp(c->fail_reason, VS_REASON_HANDSHAKE_MALFORMED) == 0,
+                     "a bad set-up message: state %d, reason %s", hs(),
+                     hs() == VS_RDMA_FAILED ? c->fail_reason : "none");
         memset(&s.msg, 0, sizeof(s.msg));
     }
 }

@@ -415,13 +415,21 @@ STREAM_REGRESSIONS = {
 }
 
 
+RDMA_SETUP_REGRESSIONS = {
+    # F5: a PROOF whose ring size is not a power of two failed the connector
+    # with reason no-resources, not handshake-malformed.
+    "finding_F5_bad_ring_reason": RDMA_SETUP["conn_bad_ring"],
+}
+
+
 def main():
     for kind, target, seeds in (("corpus", "ring", RING), ("corpus", "ring_attach", ATTACH),
                                 ("corpus", "stream", STREAM),
                                 ("corpus", "rdma_proof", PROOF),
                                 ("corpus", "rdma_msg", RDMA_MSG),
                                 ("corpus", "rdma_setup", RDMA_SETUP),
-                                ("regressions", "stream", STREAM_REGRESSIONS)):
+                                ("regressions", "stream", STREAM_REGRESSIONS),
+                                ("regressions", "rdma_setup", RDMA_SETUP_REGRESSIONS)):
         d = os.path.join(HERE, kind, target)
         os.makedirs(d, exist_ok=True)
         for name, data in seeds.items():
