@@ -438,7 +438,7 @@ static struct vs_rdma_conn *connect_fake(struct fz_in *in)
     uint8_t g = fz_u8(in);
     fake_reset();
     vs_config.rdma_ring = 4096ul << (g & 7) % 5; /* 4 .. 64 KiB */
-    vs_config.rdma_qp_depth = 2 + ((g >> 3) & 7);
+    vs_config.rdma_qp_depth = fake_depths[(g >> 3) & 7];
     vs_config.rdma_inline = g & 0x80 ? 0 : 128;
     vs_config.rdma_zcopy = 1u << 16;
     fake.no_inline = g & 0x40; /* the device refuses inline data: the retry */

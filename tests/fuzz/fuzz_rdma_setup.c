@@ -511,7 +511,7 @@ static void start(struct fz_in *in)
     fake_reset();
     memset(&s, 0, sizeof(s));
     vs_config.rdma_ring = 4096ul << (g >> 2 & 7) % 5;
-    vs_config.rdma_qp_depth = 2 + (g >> 5);
+    vs_config.rdma_qp_depth = fake_depths[g >> 5];
     vs_config.rdma_inline = 128;
     s.accepter = g & 1;
     addresses(g);

@@ -31,7 +31,7 @@ struct fake_wr {
     uint64_t value;     /* the first 8 bytes of a credit write when posted */
 };
 
-#define FAKE_QUEUE 256
+#define FAKE_QUEUE 1024 /* > twice the deepest queue pair */
 
 struct fake {
     /* Sends posted and not yet completed by the "adapter", oldest first. */
@@ -58,6 +58,10 @@ struct fake {
 };
 
 extern struct fake fake;
+
+/* Work requests per queue: VSOCKET_RDMA_QP_DEPTH's least (16), a few
+ * more, and its default (256). */
+static const unsigned fake_depths[8] = {16, 17, 20, 32, 48, 64, 128, 256};
 
 /* Forgets everything: a new input. */
 void fake_reset(void);

@@ -263,9 +263,13 @@ def le3(v):
     return struct.pack("<I", v & 0xFFFFFF)[:3]
 
 
-def rdma_setup(ring_log=1, depth=8, inline=True):
-    """Ring of 4 KiB << RING_LOG, DEPTH (2 to 9) work requests per queue."""
-    return bytes([ring_log | (depth - 2) << 3 | (0 if inline else 0x80)])
+# Work requests per queue, as rdma_fake.h's fake_depths numbers them.
+DEPTHS = [16, 17, 20, 32, 48, 64, 128, 256]
+
+
+def rdma_setup(ring_log=1, depth=16, inline=True):
+    """Ring of 4 KiB << RING_LOG, DEPTH work requests per queue."""
+    return bytes([ring_log | DEPTHS.index(depth) << 3 | (0 if inline else 0x80)])
 
 
 def peer_write(n):
@@ -321,12 +325,12 @@ RDMA_MSG = {
     "offer": rdma_setup() + peer_write(100) + offer(20000) + POLL + reader(50) + reader(50)
     + reader(1) + ADAPTER_DONE * 4 + POLL + reader(8192) + reader(1) + ADAPTER_DONE * 4 + POLL
     + reader(20000) + ADAPTER_DONE * 6 + POLL + reader(20000) + peer_write(10) + POLL + reader(10),
-    "offers_queued": rdma_setup(depth=9) + offer(10) + offer(10, 0) + offer(5) + POLL + reader(30),
+    "offers_queued": rdma_setup(depth=17) + offer(10) + offer(10, 0) + offer(5) + POLL + reader(30),
     "cut": rdma_setup() + peer_write(500) + POLL + reader(100) + ADAPTER_DONE
     + peer_send(M_CUT, 0, b"") + POLL + reader(400) + peer_write(5) + POLL,
     "shut": rdma_setup() + peer_write(10) + peer_send(M_SHUT) + POLL + reader(20) + peer_write(3)
     + peer_send(M_SHUT, 1, b"\x05") + POLL,
-    "credit_req": rdma_setup(depth=2) + peer_write(100) + POLL + reader(100, credit=False)
+    "credit_req": rdma_setup(depth=16) + peer_write(100) + POLL + reader(100, credit=False)
     + peer_send(M_CREDIT_REQ) * 2 + POLL + ADAPTER_DONE + peer_send(M_CREDIT_REQ) + POLL
     + ADAPTER_DONE * 2,
     "lies": rdma_setup() + peer_write_past(1) + POLL + peer_send(M_OFFER, 1, b"\x07" + le3(5))
@@ -336,7 +340,7 @@ RDMA_MSG = {
     + scribble(5, b"xyz") + reader(1),
     "broken": rdma_setup() + peer_write(10) + RECV_FAILED + POLL + reader(10) + offer(100) + POLL
     + reader(10) + ADAPTER_FAIL + POLL + reader(100),
-    "switch_rx_wait": rdma_setup(ring_log=0, depth=3, inline=False)
+    "switch_rx_wait": rdma_setup(ring_log=0, depth=20, inline=False)
     + peer_send(M_SWITCH, 0, u64(0) + u64(0))
     + peer_send(M_RX_WAIT) + peer_write(4096) + POLL + reader(4096) + ADAPTER_GARBAGE,
 }
@@ -344,8 +348,8 @@ RDMA_MSG = {
 # --- the RDMA rendezvous (fuzz_rdma_setup.c) ---
 
 
-def rdma_start(accepter, ipv6=False, c2a=100, a2c=200, ring_log=0, depth=6):
-    g = (1 if accepter else 0) | (2 if ipv6 else 0) | ring_log << 2 | (depth - 2) << 5
+def rdma_start(accepter, ipv6=False, c2a=100, a2c=200, ring_log=0, depth=64):
+    g = (1 if accepter else 0) | (2 if ipv6 else 0) | ring_log << 2 | DEPTHS.index(depth) << 5
     return bytes([g]) + u16(c2a) + u16(a2c)
 
 
@@ -415,6 +419,15 @@ STREAM_REGRESSIONS = {
 }
 
 
+RDMA_MSG_REGRESSIONS = {
+    # F6: our send queue full of credit writes, then a CREDIT_REQ, 16 one-byte
+    # writes and an OFFER at their end, all in the CQ before a poll: the
+    # CREDIT_REQ's answer polled again and checked the OFFER before the writes.
+    "finding_F6_nested_poll": rdma_setup(depth=32) + reader(0, poll=False, wake=False) * 32
+    + peer_send(M_CREDIT_REQ, 2, u64(999)) + peer_write(1) * 16 + offer(100) + POLL + reader(1)
+    + ADAPTER_DONE * 32 + POLL + reader(200),
+}
+
 RDMA_SETUP_REGRESSIONS = {
     # F5: a PROOF whose ring size is not a power of two failed the connector
     # with reason no-resources, not handshake-malformed.
@@ -429,6 +442,7 @@ def main():
                                 ("corpus", "rdma_msg", RDMA_MSG),
                                 ("corpus", "rdma_setup", RDMA_SETUP),
                                 ("regressions", "stream", STREAM_REGRESSIONS),
+                                ("regressions", "rdma_msg", RDMA_MSG_REGRESSIONS),
                                 ("regressions", "rdma_setup", RDMA_SETUP_REGRESSIONS)):
         d = os.path.join(HERE, kind, target)
         os.makedirs(d, exist_ok=True)
