@@ -466,6 +466,10 @@ static void step(struct fz_in *in)
         other_event(in);
         break;
     }
+    /* The queue pair gone (a caller refused, a retry, a failure), the
+     * message in its CQ went with it: the next one is the set-up's. */
+    if (!s.c->qp)
+        memset(&s.msg, 0, sizeof(s.msg));
     check();
 }
 
