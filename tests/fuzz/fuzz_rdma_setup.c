@@ -174,18 +174,18 @@ static void call_connector(struct fz_in *in)
     struct sockaddr_storage from = s.acc_addr;
     if (how & 1) /* another host */
         other_host(&from);
+    struct vs_rdma_event e = {.type = RDMA_CM_EVENT_CONNECT_REQUEST};
+    pdata(&e, &req, sizeof(req), mode, in);
     if (++s.calls > MAX_CALLS)
         return; /* the fake has that many ids */
-    struct vs_rdma_event e = {.type = RDMA_CM_EVENT_CONNECT_REQUEST,
-                              .id = fake_id(&s.conn_addr, &from)};
-    pdata(&e, &req, sizeof(req), mode, in);
+    e.id = fake_id(&s.conn_addr, &from);
     int before = hs();
     fake.rejected = fake.accepted = false;
     vs_rdma_on_cm_event(s.c, &e);
     FZ_TRACE("call: %u bytes, magic %#x version %u, tx %lu rx %lu%s: %s %u, state %d\n",
              e.pdata_len, req.magic, req.version, (unsigned long)req.tx, (unsigned long)req.rx,
-             how & 1 ? " from another host" : "", fake.accepted ? "accepted" : "rejected",
-             fake.reject_code, hs());
+             how & 1 ? " from another host" : "", fake.accepted ? "accepted" : "rejected, code",
+             fake.accepted ? 0 : fake.reject_code, hs());
     /* What the connector must answer, in the order it checks. */
     uint16_t want = VS_RDMA_REJECT_NONE;
     /* This caller's view; ours only if it is the one accepted. */
