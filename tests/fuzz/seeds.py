@@ -256,6 +256,158 @@ PROOF = {
     "empty": proof(c2a=(b"", ()), a2c=(b"", ())),
 }
 
+# --- the RDMA receive side (fuzz_rdma_msg.c) ---
+
+
+def le3(v):
+    return struct.pack("<I", v & 0xFFFFFF)[:3]
+
+
+# Work requests per queue, as rdma_fake.h's fake_depths numbers them.
+DEPTHS = [16, 17, 20, 32, 48, 64, 128, 256]
+
+
+def rdma_setup(ring_log=1, depth=16, inline=True):
+    """Ring of 4 KiB << RING_LOG, DEPTH work requests per queue."""
+    return bytes([ring_log | DEPTHS.index(depth) << 3 | (0 if inline else 0x80)])
+
+
+def peer_write(n):
+    """Honest: N bytes (at most the room the credit leaves)."""
+    return b"\x00\x00" + le3(n - 1)
+
+
+def peer_write_past(extra):
+    return b"\x00\x02" + bytes([extra])
+
+
+def peer_write_misplaced(n, at):
+    return b"\x00\x04" + le3(n - 1) + le3(at)
+
+
+# Message types as fuzz_rdma_msg.c's table numbers them.
+M_PROOF, M_RING, M_SWITCH, M_SHUT, M_REVERT, M_CREDIT_REQ, M_OFFER, M_RX_WAIT, M_CUT = range(9)
+
+
+def peer_send(type_, mode=0, fields=b"", length=None):
+    if length is not None:
+        mode |= 0x80
+        fields += bytes([length])
+    return b"\x02" + bytes([type_, mode]) + fields
+
+
+def offer(n, a_delta=None):
+    """OFFER of N bytes at the peer's head (or nudged by A_DELTA)."""
+    if a_delta is None:
+        return peer_send(M_OFFER, 0, le3(n - 1))
+    return peer_send(M_OFFER, 1, bytes([a_delta & 0xFF]) + le3(n - 1))
+
+
+ADAPTER_DONE = b"\x03\x00"
+ADAPTER_FAIL = b"\x03\x0f"
+ADAPTER_GARBAGE = b"\x03\x10"
+POLL = b"\x04"
+RECV_FAILED = b"\x07"
+
+
+def reader(want, poll=True, peek=False, credit=True, wake=True):
+    mode = (1 if poll else 0) | (2 if peek else 0) | (4 if credit else 0) | (8 if wake else 0)
+    return b"\x05" + bytes([mode]) + le3(want)
+
+
+def scribble(at, data):
+    return b"\x06" + le3(at) + bytes([len(data)]) + data
+
+
+RDMA_MSG = {
+    "honest": rdma_setup() + peer_write(1000) + POLL + reader(600) + ADAPTER_DONE + peer_write(7000)
+    + reader(8000) + ADAPTER_DONE + peer_write(8192) + reader(9000) + ADAPTER_DONE,
+    "offer": rdma_setup() + peer_write(100) + offer(20000) + POLL + reader(50) + reader(50)
+    + reader(1) + ADAPTER_DONE * 4 + POLL + reader(8192) + reader(1) + ADAPTER_DONE * 4 + POLL
+    + reader(20000) + ADAPTER_DONE * 6 + POLL + reader(20000) + peer_write(10) + POLL + reader(10),
+    "offers_queued": rdma_setup(depth=17) + offer(10) + offer(10, 0) + offer(5) + POLL + reader(30),
+    "cut": rdma_setup() + peer_write(500) + POLL + reader(100) + ADAPTER_DONE
+    + peer_send(M_CUT, 0, b"") + POLL + reader(400) + peer_write(5) + POLL,
+    "shut": rdma_setup() + peer_write(10) + peer_send(M_SHUT) + POLL + reader(20) + peer_write(3)
+    + peer_send(M_SHUT, 1, b"\x05") + POLL,
+    "credit_req": rdma_setup(depth=16) + peer_write(100) + POLL + reader(100, credit=False)
+    + peer_send(M_CREDIT_REQ) * 2 + POLL + ADAPTER_DONE + peer_send(M_CREDIT_REQ) + POLL
+    + ADAPTER_DONE * 2,
+    "lies": rdma_setup() + peer_write_past(1) + POLL + peer_send(M_OFFER, 1, b"\x07" + le3(5))
+    + peer_send(9, 0, u16(0x30) + u64(0) + u64(0)) + peer_send(M_RX_WAIT, length=10) + peer_send(M_REVERT, 0, u64(1) + u64(2))
+    + peer_send(M_RING, 0, u64(0) + u64(0)) + POLL + reader(10),
+    "misplaced": rdma_setup() + peer_write_misplaced(100, 4000) + POLL + reader(100)
+    + scribble(5, b"xyz") + reader(1),
+    "broken": rdma_setup() + peer_write(10) + RECV_FAILED + POLL + reader(10) + offer(100) + POLL
+    + reader(10) + ADAPTER_FAIL + POLL + reader(100),
+    "switch_rx_wait": rdma_setup(ring_log=0, depth=20, inline=False)
+    + peer_send(M_SWITCH, 0, u64(0) + u64(0))
+    + peer_send(M_RX_WAIT) + peer_write(4096) + POLL + reader(4096) + ADAPTER_GARBAGE,
+}
+
+# --- the RDMA rendezvous (fuzz_rdma_setup.c) ---
+
+
+def rdma_start(accepter, ipv6=False, c2a=100, a2c=200, ring_log=0, depth=64):
+    g = (1 if accepter else 0) | (2 if ipv6 else 0) | ring_log << 2 | DEPTHS.index(depth) << 5
+    return bytes([g]) + u16(c2a) + u16(a2c)
+
+
+def call(mode=0, other_host=False, nonce=1, extra=b""):
+    """The accepter's call on the connector under test (EXTRA: the fields
+    MODE asks for, in order: magic, version, tx, rx, length)."""
+    return b"\x00" + bytes([mode, 1 if other_host else 0, nonce]) + extra
+
+
+def answer(reject=False, mode=0, flip=0, code=0, extra=b""):
+    """The connector's answer to the accepter under test."""
+    out = b"\x00" + bytes([1 if reject else 0, mode, flip])
+    return out + extra[:0] + (bytes([code]) if reject else b"") + extra
+
+
+ROUTE = b"\x01"
+
+
+def setup_msg(size_log=2, mode=0, flip=0, type_=None, extra=b""):
+    out = b"\x02" + bytes([mode | (0x40 if type_ is not None else 0), flip])
+    if type_ is not None:
+        out += u16(type_)
+    return out + bytes([size_log]) + extra
+
+
+PROGRESS = b"\x03"
+SEND_DONE = b"\x04\x00"
+SEND_FAILED = b"\x04\x07"
+
+
+def event(index, ours=True, pdata=b""):
+    return b"\x05" + bytes([index, 1 if ours else 0, len(pdata)]) + pdata
+
+
+RDMA_SETUP = {
+    "conn_honest": rdma_start(False) + call() + setup_msg() + PROGRESS + SEND_DONE,
+    "conn_ipv6": rdma_start(False, ipv6=True, ring_log=3) + call() + setup_msg(5) + PROGRESS,
+    "conn_wrong_proof": rdma_start(False) + call() + setup_msg(flip=3) + PROGRESS + call(nonce=2)
+    + setup_msg() + PROGRESS,
+    "conn_refusals": rdma_start(False) + call(other_host=True) + call(0x80, extra=b"\x0a")
+    + call(0x10, extra=u32(0x1234)) + call(0x20, extra=u16(2)) + call() + call(),
+    "conn_not_yet": rdma_start(False, c2a=0, a2c=0) + call() + call(1, extra=b"\x05"),
+    "conn_bad_ring": rdma_start(False) + call() + setup_msg(mode=2, extra=u64(12345)) + PROGRESS,
+    "conn_ring_msg": rdma_start(False) + call() + setup_msg(type_=2) + PROGRESS,
+    "conn_events": rdma_start(False) + call() + event(5) + event(4) + call() + event(6, False)
+    + PROGRESS,
+    "acc_honest": rdma_start(True) + ROUTE + answer() + setup_msg() + PROGRESS + SEND_DONE,
+    "acc_rejected": rdma_start(True, ipv6=True) + ROUTE + answer(True, code=4),
+    "acc_retry": rdma_start(True) + ROUTE + answer(True, code=1) + PROGRESS + ROUTE,
+    "acc_wrong_proof": rdma_start(True) + ROUTE + answer(flip=1),
+    "acc_counts_lie": rdma_start(True) + ROUTE + answer(mode=1, extra=b"\x10") + setup_msg(3)
+    + PROGRESS,
+    "acc_malformed": rdma_start(True) + ROUTE + answer(mode=0x80, extra=b"\x20"),
+    "acc_proof_for_ring": rdma_start(True) + ROUTE + answer() + setup_msg(type_=1) + PROGRESS,
+    "acc_events": rdma_start(True) + event(0) + ROUTE + event(4) + ROUTE + answer() + event(5)
+    + SEND_FAILED + PROGRESS,
+}
+
 # The findings (docs/design/fuzzing.md), written as programs; the fuzzer's
 # own reproducers are copied into regressions/<target>/ as they are.
 STREAM_REGRESSIONS = {
@@ -267,11 +419,31 @@ STREAM_REGRESSIONS = {
 }
 
 
+RDMA_MSG_REGRESSIONS = {
+    # F6: our send queue full of credit writes, then a CREDIT_REQ, 16 one-byte
+    # writes and an OFFER at their end, all in the CQ before a poll: the
+    # CREDIT_REQ's answer polled again and checked the OFFER before the writes.
+    "finding_F6_nested_poll": rdma_setup(depth=32) + reader(0, poll=False, wake=False) * 32
+    + peer_send(M_CREDIT_REQ, 2, u64(999)) + peer_write(1) * 16 + offer(100) + POLL + reader(1)
+    + ADAPTER_DONE * 32 + POLL + reader(200),
+}
+
+RDMA_SETUP_REGRESSIONS = {
+    # F5: a PROOF whose ring size is not a power of two failed the connector
+    # with reason no-resources, not handshake-malformed.
+    "finding_F5_bad_ring_reason": RDMA_SETUP["conn_bad_ring"],
+}
+
+
 def main():
     for kind, target, seeds in (("corpus", "ring", RING), ("corpus", "ring_attach", ATTACH),
                                 ("corpus", "stream", STREAM),
                                 ("corpus", "rdma_proof", PROOF),
-                                ("regressions", "stream", STREAM_REGRESSIONS)):
+                                ("corpus", "rdma_msg", RDMA_MSG),
+                                ("corpus", "rdma_setup", RDMA_SETUP),
+                                ("regressions", "stream", STREAM_REGRESSIONS),
+                                ("regressions", "rdma_msg", RDMA_MSG_REGRESSIONS),
+                                ("regressions", "rdma_setup", RDMA_SETUP_REGRESSIONS)):
         d = os.path.join(HERE, kind, target)
         os.makedirs(d, exist_ok=True)
         for name, data in seeds.items():

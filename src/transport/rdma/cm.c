@@ -304,7 +304,8 @@ static void connector_request(struct vs_rdma_conn *c, const struct vs_rdma_event
     atomic_store(&c->hs, VS_RDMA_ACCEPT);
 }
 
-/* The peer's ring: where our writes go. The send copy has its size. */
+/* The peer's ring: where our writes go. The send copy has its size.
+ * -EPROTO: a size no honest peer states; else what allocating failed. */
 static int attach_peer(struct vs_rdma_conn *c, const struct vs_rdma_msg *m)
 {
     if (m->b < VS_RDMA_RING_MIN || m->b > VS_RDMA_RING_MAX || (m->b & (m->b - 1)))
@@ -315,6 +316,13 @@ static int attach_peer(struct vs_rdma_conn *c, const struct vs_rdma_msg *m)
     c->peer_credit_rkey = m->credit_rkey;
     c->tx_size = m->b;
     return vs_rdma_alloc_tx(c);
+}
+
+/* Why attach_peer() failed, for the connection's reason: the peer's
+ * message, or our memory. */
+static const char *attach_failure(int rc)
+{
+    return rc == -EPROTO ? VS_REASON_HANDSHAKE_MALFORMED : VS_REASON_NO_RESOURCES;
 }
 
 static void done(struct vs_rdma_conn *c)
@@ -351,8 +359,11 @@ static void connector_proof(struct vs_rdma_conn *c, const struct vs_rdma_msg *m)
         vs_info("rdma: the caller cannot prove it holds the peer socket: refused");
         return caller_refused(c, VS_REASON_PEER_PROOF_FAILED);
     }
-    if (vs_rdma_expose(c) < 0 || attach_peer(c, m) < 0)
+    if (vs_rdma_expose(c) < 0)
         return fail(c, VS_REASON_NO_RESOURCES);
+    int rc = attach_peer(c, m);
+    if (rc < 0)
+        return fail(c, attach_failure(rc));
     struct vs_rdma_msg ring = {.type = VS_RDMA_MSG_RING};
     fill_ring_msg(c, &ring);
     if (vs_rdma_post_msg(c, &ring) < 0)
@@ -362,8 +373,11 @@ static void connector_proof(struct vs_rdma_conn *c, const struct vs_rdma_msg *m)
 
 static void accepter_ring(struct vs_rdma_conn *c, const struct vs_rdma_msg *m)
 {
-    if (m->type != VS_RDMA_MSG_RING || attach_peer(c, m) < 0)
+    if (m->type != VS_RDMA_MSG_RING)
         return fail(c, VS_REASON_HANDSHAKE_MALFORMED);
+    int rc = attach_peer(c, m);
+    if (rc < 0)
+        return fail(c, attach_failure(rc));
     done(c);
 }
 

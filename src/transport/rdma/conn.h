@@ -139,6 +139,7 @@ struct vs_rdma_conn {
     unsigned sq_posted;             /* send work requests posted (qp_lock) */
     unsigned sq_done;               /* ... of which completed, as signalled (qp_lock) */
     unsigned since_signal;          /* unsignalled sends since the last signalled one (qp_lock) */
+    bool polling;                   /* the CQ is being polled: not again from inside (qp_lock) */
     _Atomic long tx_stall_ns;       /* since when the sender waits for space, or 0 (tx) */
     _Atomic uint64_t tx_stall_tail; /* the peer's credit then (tx) */
     _Atomic bool tx_shut_sent;

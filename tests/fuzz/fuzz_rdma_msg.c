@@ -1,0 +1,475 @@
+/* fuzz_rdma_msg.c - libFuzzer target: the receive side of a connection on
+ * RDMA fed by a hostile peer: verbs.c's completions (data written with an
+ * immediate, credit immediates, messages of any type, length and content),
+ * cm.c's vs_rdma_on_msg, zcopy.c's offers and the RDMA READs that pull
+ * them, as they are, on a fake device (rdma_fake.c).
+ *
+ * The input is a program (fuzz_input.h). The harness plays the peer and
+ * the adapter: the peer writes into our ring and sends messages, honestly
+ * (within the credit we gave it, in stream order) or not; the adapter
+ * completes our work requests in order, a READ with the bytes of the
+ * offer it pulls. The harness also plays our reader, as io.c reads the
+ * ring and credits the peer. Checks:
+ *   - an honest peer is never taken for a liar (st.violated), and what it
+ *     wrote is readable, byte for byte (the stream's byte at each offset);
+ *   - whatever the peer says: no more readable than the ring holds; every
+ *     READ lands in the ring at its bytes' place, inside an offer the peer
+ *     made, without overwriting a byte not yet read; credit writes go to
+ *     the peer's credit word and say how far we read; the send and receive
+ *     queues never overflow; at most VS_RDMA_OFFERS offers and
+ *     VS_RDMA_READS READs; the first SHUT's offset is the end kept;
+ *   - no ASan or UBSan report, no registration left at the end. */
+#include <arpa/inet.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config/config.h"
+#include "fuzz_input.h"
+#include "rdma_fake.h"
+
+#define MAX_STEPS 1024
+#define PEER_CREDIT_ADDR 0x7f0000001000ull
+#define PEER_CREDIT_RKEY 0x77u
+#define SENT_OFFERS 64
+
+/* The stream's byte at offset OFF: no period, so a misplaced byte shows. */
+static uint8_t stream_byte(uint64_t off)
+{
+    return (uint8_t)((off * 0x9e3779b97f4a7c15ull) >> 56);
+}
+
+struct sent_offer {
+    uint64_t pos, len, addr;
+    uint32_t rkey;
+};
+
+/* The peer (and what it was told), and our reader. */
+struct model {
+    struct vs_rdma_conn *c;
+    uint64_t size;      /* our ring's */
+    uint64_t written;   /* stream bytes the peer wrote or offered */
+    uint64_t credit;    /* how far we read, as our credit writes told it */
+    uint64_t offer_end; /* the end of its last offer: it waits there */
+    bool lied;          /* it did what an honest peer never does */
+    bool scribbled;     /* it wrote ring bytes out of place: content unknown */
+    bool broken;        /* a completion failed: the queue pair is dead */
+    bool shut, cut;
+    uint64_t shut_at;
+    struct sent_offer offers[SENT_OFFERS];
+    unsigned n_offers;
+    uint32_t next_rkey;
+};
+
+static struct model m;
+
+static bool before(uint64_t a, uint64_t b)
+{
+    return (int64_t)(a - b) < 0;
+}
+
+/* ------------------------------------------------- what we post, checked */
+
+static const struct sent_offer *offer_of(uint32_t rkey)
+{
+    for (unsigned i = 0; i < m.n_offers && i < SENT_OFFERS; i++)
+        if (m.offers[i].rkey == rkey)
+            return &m.offers[i];
+    return NULL;
+}
+
+static void check_read(const struct fake_wr *w)
+{
+    struct vs_rdma_conn *c = m.c;
+    uintptr_t ring = (uintptr_t)c->rx.mem;
+    FZ_CHECK(w->len > 0 && w->local >= ring && w->local - ring + w->len <= m.size &&
+                 w->lkey == c->rx.mr->lkey,
+             "a READ of %u bytes at ring offset %ld", w->len, (long)(w->local - ring));
+    const struct sent_offer *o = offer_of(w->rkey);
+    FZ_CHECK(o && w->remote >= o->addr && w->remote - o->addr + w->len <= o->len,
+             "a READ of %u bytes at %#lx (rkey %#x) outside every offer", w->len,
+             (unsigned long)w->remote, w->rkey);
+    uint64_t at = o->pos + (w->remote - o->addr), tail = c->rx_tail;
+    FZ_CHECK((at & (m.size - 1)) == w->local - ring,
+             "a READ of stream bytes at %lu into ring offset %lu", (unsigned long)at,
+             (unsigned long)(w->local - ring));
+    FZ_CHECK(!before(at, tail) && at + w->len - tail <= m.size,
+             "a READ of [%lu, +%u) with the tail at %lu overwrites bytes not read",
+             (unsigned long)at, w->len, (unsigned long)tail);
+}
+
+static void check_credit(const struct fake_wr *w)
+{
+    FZ_CHECK(w->remote == PEER_CREDIT_ADDR && w->rkey == PEER_CREDIT_RKEY && w->len == 8,
+             "a write of %u bytes to %#lx, not the credit word", w->len, (unsigned long)w->remote);
+    FZ_CHECK(w->value == m.c->rx_tail, "credit %lu, read %lu", (unsigned long)w->value,
+             (unsigned long)m.c->rx_tail);
+    FZ_CHECK(w->opcode == IBV_WR_RDMA_WRITE || ntohl(w->imm) == VS_RDMA_IMM_CREDIT,
+             "a credit immediate of %#x", ntohl(w->imm));
+}
+
+/* fake.on_post: the receive side posts only READs and credit writes. */
+static void check_post(const struct fake_wr *w)
+{
+    FZ_TRACE("  post %d: %u bytes, remote %#lx rkey %#x%s\n", w->opcode, w->len,
+             (unsigned long)w->remote, w->rkey, w->signaled ? ", signalled" : "");
+    if (w->opcode == IBV_WR_RDMA_READ)
+        check_read(w);
+    else if (w->opcode == IBV_WR_RDMA_WRITE || w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
+        check_credit(w);
+    else
+        FZ_FAIL("the receive side posted a work request of opcode %d", w->opcode);
+}
+
+/* --------------------------------------------------------------- the peer */
+
+/* What an honest peer may still write: the room our credit left, unless it
+ * waits on an offer, shut down or left. */
+static uint64_t honest_room(void)
+{
+    if (m.shut || m.cut || before(m.credit, m.offer_end))
+        return 0;
+    return m.size - (m.written - m.credit);
+}
+
+/* Places N stream bytes from FROM into our ring where they belong (an
+ * RDMA WRITE), or at ring offset AT when misplaced (AT < size). */
+static void place(uint64_t from, uint64_t n, uint64_t at)
+{
+    unsigned char *ring = m.c->rx.mem;
+    for (uint64_t i = 0; i < n && i < m.size; i++)
+        ring[(at + i) & (m.size - 1)] = stream_byte(from + i);
+}
+
+/* RDMA WRITE with immediate: N bytes into our ring, honest or not. Every
+ * operand is read first, so that a step reads the same bytes whatever
+ * state the peer is in. */
+static void peer_write(struct fz_in *in)
+{
+    uint8_t mode = fz_u8(in);
+    uint64_t v = mode % 4 == 2 ? fz_u8(in) : fz_le(in, mode % 4 == 3 ? 4 : 3);
+    uint64_t at = mode & 4 ? fz_le(in, 3) : m.written;
+    uint64_t room = honest_room();
+    uint32_t imm;
+    if (mode % 4 < 2) { /* honest: within the room */
+        if (room == 0)
+            return; /* it waits */
+        imm = (uint32_t)(1 + v % room);
+    } else if (mode % 4 == 2) { /* past the room, by a little */
+        imm = (uint32_t)(m.size - (m.written - m.credit) + v);
+    } else {
+        imm = (uint32_t)v;
+    }
+    uint32_t slot;
+    if (m.broken || !fake_take_recv(&slot))
+        return; /* receiver not ready (it retries later), or the pair is dead */
+    struct vs_rdma_wc wc = {
+        .wr = slot, .byte_len = imm, .imm = htonl(imm), .opcode = IBV_WC_RECV_RDMA_WITH_IMM};
+    if (imm & VS_RDMA_IMM_CREDIT) {
+        wc.byte_len = 8; /* a credit immediate: our send side's news */
+    } else {
+        place(m.written, imm, at);
+        if (imm > room || imm == 0) /* an honest peer writes something */
+            m.lied = true;
+        if (mode & 4)
+            m.scribbled = true;
+        m.written += imm;
+    }
+    FZ_TRACE("peer: write %u (room %lu)%s\n", imm, (unsigned long)room,
+             mode & 4 ? " misplaced" : "");
+    fake_complete(&wc);
+}
+
+/* A field as the peer states it: the honest value, nudged, or raw. */
+static uint64_t state(uint64_t honest, uint8_t mode, struct fz_in *in)
+{
+    switch (mode % 4) {
+    case 1:
+        return honest + (uint64_t)(int64_t)(int8_t)fz_u8(in);
+    case 2:
+        return fz_u64(in);
+    default:
+        return honest;
+    }
+}
+
+static const uint16_t msg_types[] = {
+    VS_RDMA_MSG_PROOF, VS_RDMA_MSG_RING,    VS_RDMA_MSG_SWITCH,
+    VS_RDMA_MSG_SHUT,  VS_RDMA_MSG_REVERT,  VS_RDMA_MSG_CREDIT_REQ,
+    VS_RDMA_MSG_OFFER, VS_RDMA_MSG_RX_WAIT, VS_RDMA_MSG_CUT,
+};
+
+#define N_TYPES (sizeof(msg_types) / sizeof(msg_types[0]))
+
+/* Reads the fields of a message of type MSG->type from the input: each
+ * the honest value, nudged, or raw. */
+static void read_msg(struct vs_rdma_msg *msg, uint8_t mode, struct fz_in *in)
+{
+    switch (msg->type) {
+    case VS_RDMA_MSG_OFFER:
+        msg->a = state(m.written, mode, in);
+        msg->b = state(1 + fz_le(in, 3), mode >> 2, in);
+        msg->credit_addr = 0x100000000ull * (1 + m.next_rkey);
+        msg->rkey = 0x9000 + m.next_rkey;
+        break;
+    case VS_RDMA_MSG_SHUT:
+        msg->a = state(m.written, mode, in);
+        break;
+    case VS_RDMA_MSG_CUT:
+        msg->a = state(0, mode, in); /* of ours: we sent nothing */
+        msg->b = state(m.credit, mode >> 2, in);
+        break;
+    case VS_RDMA_MSG_CREDIT_REQ:
+        msg->a = state(m.credit, mode, in);
+        break;
+    case VS_RDMA_MSG_RX_WAIT:
+        break;
+    default: /* SWITCH (fuzz_stream's concern), PROOF and RING after the
+              * set-up, REVERT (version 2), unknown */
+        msg->a = fz_u64(in);
+        msg->b = fz_u64(in);
+        break;
+    }
+}
+
+/* The peer sent MSG: what it now holds. Whether an honest peer sends it. */
+static bool sent_msg(const struct vs_rdma_msg *msg)
+{
+    switch (msg->type) {
+    case VS_RDMA_MSG_OFFER: {
+        m.next_rkey++;
+        if (m.n_offers < SENT_OFFERS)
+            m.offers[m.n_offers++] =
+                (struct sent_offer){msg->a, msg->b, msg->credit_addr, msg->rkey};
+        bool honest = msg->a == m.written && msg->b > 0 && msg->b <= (1ull << 40) && !m.shut &&
+                      !m.cut && !before(m.credit, m.offer_end);
+        if (honest) {
+            m.written += msg->b;
+            m.offer_end = m.written;
+        }
+        return honest;
+    }
+    case VS_RDMA_MSG_SHUT: {
+        bool honest = msg->a == m.written && !m.shut && !m.cut;
+        if (!m.shut)
+            m.shut_at = msg->a;
+        m.shut = true;
+        return honest;
+    }
+    case VS_RDMA_MSG_CUT: {
+        bool honest = msg->b == m.credit && !m.cut;
+        m.cut = true;
+        return honest;
+    }
+    case VS_RDMA_MSG_CREDIT_REQ: /* its value only decides whether we answer */
+    case VS_RDMA_MSG_RX_WAIT:
+    case VS_RDMA_MSG_SWITCH:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* A SEND: a message into the oldest receive buffer. */
+static void peer_send(struct fz_in *in)
+{
+    uint8_t t = fz_u8(in), mode = fz_u8(in);
+    struct vs_rdma_msg msg;
+    memset(&msg, 0, sizeof(msg));
+    msg.type = t % (N_TYPES + 1) < N_TYPES ? msg_types[t % (N_TYPES + 1)] : fz_u16(in);
+    read_msg(&msg, mode, in);
+    uint32_t len = mode & 0x80 ? fz_u8(in) : sizeof(msg); /* short, or long */
+    uint32_t slot;
+    if (m.broken || !fake_take_recv(&slot))
+        return; /* receiver not ready, or the pair is dead: not sent */
+    /* A short message is one the code must drop (and mark the peer a
+     * liar for): it changes nothing the peer holds. */
+    bool honest = len >= sizeof(msg) && sent_msg(&msg);
+    if (!honest)
+        m.lied = true;
+    memcpy((char *)m.c->msgs.mem + (uint64_t)slot * VS_RDMA_MSG_SIZE, &msg, sizeof(msg));
+    FZ_TRACE("peer: message %u a %lu b %lu, %u bytes%s\n", msg.type, (unsigned long)msg.a,
+             (unsigned long)msg.b, len, honest ? "" : " (a lie)");
+    fake_complete(&(struct vs_rdma_wc){.wr = slot, .byte_len = len, .opcode = IBV_WC_RECV});
+}
+
+/* An RDMA WRITE without immediate anywhere in our ring: nothing tells us. */
+static void peer_scribble(struct fz_in *in)
+{
+    uint64_t at = fz_le(in, 3) & (m.size - 1);
+    uint8_t n = fz_u8(in);
+    for (unsigned i = 0; i < n; i++) {
+        uint8_t b = fz_u8(in);
+        if (!m.broken)
+            ((unsigned char *)m.c->rx.mem)[(at + i) & (m.size - 1)] = b;
+    }
+    m.scribbled = true;
+    FZ_TRACE("peer: scribble %u at %lu\n", n, (unsigned long)at);
+}
+
+/* ------------------------------------------------------------ the adapter */
+
+/* Our oldest send is done: a READ brings the offer's bytes (or the peer's
+ * garbage), a credit write reaches the peer. Or it fails, and the queue
+ * pair is in error for good: as on a real RC queue pair, every work
+ * request after it then completes flushed, signalled or not, and the peer
+ * can no longer reach us. */
+static void adapter_send_done(struct fz_in *in)
+{
+    uint8_t mode = fz_u8(in);
+    struct fake_wr w;
+    if (!fake_take_send(&w))
+        return;
+    int op = w.opcode == IBV_WR_RDMA_READ ? IBV_WC_RDMA_READ : IBV_WC_RDMA_WRITE;
+    if (m.broken || mode % 16 == 15) {
+        m.broken = true;
+        fake_complete(&(struct vs_rdma_wc){
+            .wr = w.wr, .opcode = (uint16_t)op, .status = IBV_WC_WR_FLUSH_ERR});
+        FZ_TRACE("adapter: send %u failed\n", w.wr);
+        return;
+    }
+    if (w.opcode == IBV_WR_RDMA_READ) {
+        const struct sent_offer *o = offer_of(w.rkey);
+        uint64_t at = o->pos + (w.remote - o->addr);
+        for (uint32_t i = 0; i < w.len; i++)
+            ((unsigned char *)(uintptr_t)w.local)[i] = mode & 16 ? 0xee : stream_byte(at + i);
+        if (mode & 16)
+            m.scribbled = true;
+    } else {
+        m.credit = w.value;
+    }
+    FZ_TRACE("adapter: send %u done (opcode %d)\n", w.wr, w.opcode);
+    if (w.signaled)
+        fake_complete(&(struct vs_rdma_wc){.wr = w.wr, .opcode = (uint16_t)op});
+}
+
+/* A receive flushed in error (the peer's side broke the pair). */
+static void adapter_recv_failed(void)
+{
+    uint32_t slot;
+    if (!fake_take_recv(&slot))
+        return;
+    m.broken = true;
+    fake_complete(
+        &(struct vs_rdma_wc){.wr = slot, .opcode = IBV_WC_RECV, .status = IBV_WC_WR_FLUSH_ERR});
+    FZ_TRACE("adapter: receive %u flushed\n", slot);
+}
+
+/* ------------------------------------------------------------- our reader */
+
+/* As io.c reads: what the ring holds at the tail, copied out; then the
+ * offers consumed go and the peer may hear how far we read. */
+static void reader(struct fz_in *in)
+{
+    struct vs_rdma_conn *c = m.c;
+    uint8_t mode = fz_u8(in);
+    uint64_t want = fz_le(in, 3);
+    if (mode & 1)
+        vs_rdma_poll(c);
+    uint64_t avail = vs_rdma_rx_avail(c), tail = c->rx_tail;
+    FZ_TRACE("reader: %lu readable at %lu\n", (unsigned long)avail, (unsigned long)tail);
+    FZ_CHECK(avail <= m.size, "%lu bytes readable from a ring of %lu", (unsigned long)avail,
+             (unsigned long)m.size);
+    if (!m.lied && !m.broken && !m.cut && !fake.cq_count && !c->offer_count)
+        FZ_CHECK(avail == m.written - tail, "%lu readable, the peer wrote %lu past the tail",
+                 (unsigned long)avail, (unsigned long)(m.written - tail));
+    size_t n = (size_t)(want < avail ? want : avail);
+    unsigned char *buf = malloc(n ? n : 1);
+    FZ_CHECK(buf, "malloc");
+    for (size_t i = 0; i < n; i++)
+        buf[i] = ((unsigned char *)c->rx.mem)[(tail + i) & (m.size - 1)];
+    for (size_t i = 0; i < n && !m.lied && !m.scribbled; i++)
+        FZ_CHECK(buf[i] == stream_byte(tail + i), "stream byte %lu: got %#x want %#x",
+                 (unsigned long)(tail + i), buf[i], stream_byte(tail + i));
+    free(buf);
+    if (mode & 2)
+        return; /* a peek */
+    __atomic_store_n(&c->rx_tail, tail + n, __ATOMIC_SEQ_CST);
+    vs_rdma_offers_consumed(c);
+    if (mode & 4)
+        vs_rdma_post_credit(c, mode & 8);
+}
+
+/* ---------------------------------------------------------------- the run */
+
+static void check_conn(void)
+{
+    struct vs_rdma_conn *c = m.c;
+    FZ_CHECK(c->offer_count <= VS_RDMA_OFFERS && c->reads_in_flight <= VS_RDMA_READS,
+             "%u offers, %u READs in flight", c->offer_count, c->reads_in_flight);
+    FZ_CHECK(m.lied || !atomic_load(&c->st.violated), "an honest peer taken for a liar");
+    if (atomic_load(&c->rx_shut_known))
+        FZ_CHECK(c->rx_shut_at == m.shut_at, "shut at %lu, the first SHUT said %lu",
+                 (unsigned long)c->rx_shut_at, (unsigned long)m.shut_at);
+}
+
+static void step(struct fz_in *in)
+{
+    switch (fz_u8(in) % 8) {
+    case 0:
+    case 1:
+        peer_write(in);
+        break;
+    case 2:
+        peer_send(in);
+        break;
+    case 3:
+        adapter_send_done(in);
+        break;
+    case 4:
+        vs_rdma_poll(m.c);
+        break;
+    case 5:
+        reader(in);
+        break;
+    case 6:
+        peer_scribble(in);
+        break;
+    default:
+        adapter_recv_failed();
+        break;
+    }
+    check_conn();
+}
+
+/* A connection on RDMA, as cm.c leaves it, on the fake device: geometry
+ * from the input's first byte. */
+static struct vs_rdma_conn *connect_fake(struct fz_in *in)
+{
+    uint8_t g = fz_u8(in);
+    fake_reset();
+    vs_config.rdma_ring = 4096ul << (g & 7) % 5; /* 4 .. 64 KiB */
+    vs_config.rdma_qp_depth = fake_depths[(g >> 3) & 7];
+    vs_config.rdma_inline = g & 0x80 ? 0 : 128;
+    vs_config.rdma_zcopy = 1u << 16;
+    fake.no_inline = g & 0x40; /* the device refuses inline data: the retry */
+    struct vs_rdma_conn *c = calloc(1, sizeof(*c));
+    FZ_CHECK(c, "calloc");
+    struct sockaddr_storage here = {.ss_family = AF_INET}, there = {.ss_family = AF_INET};
+    c->id = fake_id(&here, &there);
+    int rc = vs_rdma_verbs_setup(c, c->id);
+    FZ_CHECK(rc == 0, "vs_rdma_verbs_setup: %d", rc);
+    rc = vs_rdma_expose(c);
+    FZ_CHECK(rc == 0, "vs_rdma_expose: %d", rc);
+    c->peer_credit_addr = PEER_CREDIT_ADDR;
+    c->peer_credit_rkey = PEER_CREDIT_RKEY;
+    atomic_store(&c->hs, VS_RDMA_DONE);
+    atomic_store(&c->share, -1);
+    atomic_store(&c->held, -1);
+    return c;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    struct fz_in in = {data, size};
+    memset(&m, 0, sizeof(m));
+    m.c = connect_fake(&in);
+    m.size = m.c->rx_size;
+    fake.on_post = check_post;
+    for (int i = 0; i < MAX_STEPS && in.n > 0; i++)
+        step(&in);
+    fake.on_post = NULL;
+    vs_rdma_verbs_teardown(m.c);
+    FZ_CHECK(fake_regions() == 0, "%u registrations left", fake_regions());
+    free(m.c);
+    return 0;
+}
