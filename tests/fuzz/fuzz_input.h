@@ -43,6 +43,20 @@ static inline uint64_t fz_u64(struct fz_in *in)
     return fz_le(in, 8);
 }
 
+/* A field as a peer states it: the honest value, nudged by a small signed
+ * step, or raw (MODE's low two bits: 1 nudged, 2 raw, else honest). */
+static inline uint64_t fz_stated(uint64_t honest, uint8_t mode, struct fz_in *in)
+{
+    switch (mode % 4) {
+    case 1:
+        return honest + (uint64_t)(int64_t)(int8_t)fz_u8(in);
+    case 2:
+        return fz_u64(in);
+    default:
+        return honest;
+    }
+}
+
 /* An invariant broke: print why and abort, which libFuzzer reports as a
  * crash with this input saved as the reproducer. */
 #define FZ_FAIL(...)                                                                               \

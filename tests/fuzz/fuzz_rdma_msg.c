@@ -179,19 +179,6 @@ static void peer_write(struct fz_in *in)
     fake_complete(&wc);
 }
 
-/* A field as the peer states it: the honest value, nudged, or raw. */
-static uint64_t state(uint64_t honest, uint8_t mode, struct fz_in *in)
-{
-    switch (mode % 4) {
-    case 1:
-        return honest + (uint64_t)(int64_t)(int8_t)fz_u8(in);
-    case 2:
-        return fz_u64(in);
-    default:
-        return honest;
-    }
-}
-
 static const uint16_t msg_types[] = {
     VS_RDMA_MSG_PROOF, VS_RDMA_MSG_RING,    VS_RDMA_MSG_SWITCH,
     VS_RDMA_MSG_SHUT,  VS_RDMA_MSG_REVERT,  VS_RDMA_MSG_CREDIT_REQ,
@@ -206,20 +193,20 @@ static void read_msg(struct vs_rdma_msg *msg, uint8_t mode, struct fz_in *in)
 {
     switch (msg->type) {
     case VS_RDMA_MSG_OFFER:
-        msg->a = state(m.written, mode, in);
-        msg->b = state(1 + fz_le(in, 3), mode >> 2, in);
+        msg->a = fz_stated(m.written, mode, in);
+        msg->b = fz_stated(1 + fz_le(in, 3), mode >> 2, in);
         msg->credit_addr = 0x100000000ull * (1 + m.next_rkey);
         msg->rkey = 0x9000 + m.next_rkey;
         break;
     case VS_RDMA_MSG_SHUT:
-        msg->a = state(m.written, mode, in);
+        msg->a = fz_stated(m.written, mode, in);
         break;
     case VS_RDMA_MSG_CUT:
-        msg->a = state(0, mode, in); /* of ours: we sent nothing */
-        msg->b = state(m.credit, mode >> 2, in);
+        msg->a = fz_stated(0, mode, in); /* of ours: we sent nothing */
+        msg->b = fz_stated(m.credit, mode >> 2, in);
         break;
     case VS_RDMA_MSG_CREDIT_REQ:
-        msg->a = state(m.credit, mode, in);
+        msg->a = fz_stated(m.credit, mode, in);
         break;
     case VS_RDMA_MSG_RX_WAIT:
         break;

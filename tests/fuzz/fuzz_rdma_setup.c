@@ -81,19 +81,6 @@ static int hs(void)
     return atomic_load(&s.c->hs);
 }
 
-/* A field: honest, nudged or raw (MODE's low two bits). */
-static uint64_t state(uint64_t honest, uint8_t mode, struct fz_in *in)
-{
-    switch (mode % 4) {
-    case 1:
-        return honest + (uint64_t)(int64_t)(int8_t)fz_u8(in);
-    case 2:
-        return fz_u64(in);
-    default:
-        return honest;
-    }
-}
-
 /* The last message we posted, as the peer receives it. */
 static bool last_sent(struct vs_rdma_msg *m)
 {
@@ -169,8 +156,8 @@ static void call_connector(struct fz_in *in)
     uint8_t mode = fz_u8(in), how = fz_u8(in);
     struct vs_rdma_req req = {.nonce = 0x5eed0000u + fz_u8(in)};
     header(&req.magic, &req.version, mode, in);
-    req.tx = state(s.a2c, mode, in);
-    req.rx = state(s.c2a, mode >> 2, in);
+    req.tx = fz_stated(s.a2c, mode, in);
+    req.rx = fz_stated(s.c2a, mode >> 2, in);
     struct sockaddr_storage from = s.acc_addr;
     if (how & 1) /* another host */
         other_host(&from);
@@ -236,8 +223,8 @@ static void answer_accepter(struct fz_in *in, bool reject)
     rep.code = reject ? fz_u8(in) % 6 : 0;
     /* A connector may state other counts and prove with them: only the
      * bytes it must know are the covered prefix. */
-    rep.tx = state(s.c2a, mode, in);
-    rep.rx = state(s.a2c, mode >> 2, in);
+    rep.tx = fz_stated(s.c2a, mode, in);
+    rep.rx = fz_stated(s.a2c, mode >> 2, in);
     struct vs_rdma_proof stated = *p;
     stated.c_tx = rep.tx;
     stated.c_rx = rep.rx;
@@ -344,7 +331,7 @@ static void setup_msg(struct fz_in *in)
     m.credit_addr = 0x7e0000100000ull;
     m.credit_rkey = 0x4343;
     uint64_t size = 4096ull << fz_u8(in) % 18; /* 4 KiB .. 512 MiB */
-    m.b = state(size, mode, in);
+    m.b = fz_stated(size, mode, in);
     if (proof) {
         vs_rdma_proof_mac(&s.peer, true, true, &s.conn_addr, &s.acc_addr, m.mac);
         if (flip & 1)
