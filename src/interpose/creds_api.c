@@ -15,18 +15,19 @@
 #include "base/real.h"
 #include "transport/transport.h"
 
-/* Runs CALL between the transports' before and after; returns its result
- * with its errno. */
-#define CHANGING_CREDS(call)                                                                       \
+/* Runs CALL between the transports' before and after (CHANGED: whether
+ * the result R says the credentials changed); returns R with its errno. */
+#define CHANGING_CREDS_IF(call, changed)                                                           \
     do {                                                                                           \
         VS_REAL_READY();                                                                           \
         vs_transports_before_creds();                                                              \
         int r = (call);                                                                            \
         int saved_errno = errno;                                                                   \
-        vs_transports_after_creds(r == 0);                                                         \
+        vs_transports_after_creds(changed);                                                        \
         errno = saved_errno;                                                                       \
         return r;                                                                                  \
     } while (0)
+#define CHANGING_CREDS(call) CHANGING_CREDS_IF(call, r == 0)
 
 VS_EXPORT int setuid(uid_t uid)
 {
@@ -83,18 +84,10 @@ VS_EXPORT int initgroups(const char *user, gid_t group)
  * anything changed is not known, so the device stays retired. */
 VS_EXPORT int setfsuid(uid_t uid)
 {
-    VS_REAL_READY();
-    vs_transports_before_creds();
-    int r = vs_real.setfsuid(uid);
-    vs_transports_after_creds(true);
-    return r;
+    CHANGING_CREDS_IF(vs_real.setfsuid(uid), true);
 }
 
 VS_EXPORT int setfsgid(gid_t gid)
 {
-    VS_REAL_READY();
-    vs_transports_before_creds();
-    int r = vs_real.setfsgid(gid);
-    vs_transports_after_creds(true);
-    return r;
+    CHANGING_CREDS_IF(vs_real.setfsgid(gid), true);
 }
