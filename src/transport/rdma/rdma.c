@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -90,6 +91,28 @@ static void register_exit(void)
 
 static int take_hold(struct vs_rdma_conn *c, int fd);
 
+/* The statistics and the log say where a settled connection went, once;
+ * FD < 0: shown as it closes. */
+static void show_outcome(struct vs_sock *s, struct vs_rdma_conn *c, int hs, int fd)
+{
+    long ms = (vs_now_ns() - c->up.born_ns) / 1000000;
+    char who[32] = "a closing connection";
+    if (fd >= 0)
+        snprintf(who, sizeof(who), "fd %d", fd);
+    s->conn_shown = hs;
+    if (hs == VS_RDMA_DONE) {
+        s->transport = VS_TRANSPORT_RDMA;
+        vs_stats_set_transport(s->stat, VS_TRANSPORT_RDMA, c->device);
+        vs_info("%s: upgraded to rdma on %s %ld ms after it began (rings of %lu and %lu bytes)",
+                who, c->device, ms, (unsigned long)c->rx_size, (unsigned long)c->tx_size);
+    } else {
+        const char *why = c->fail_reason ? c->fail_reason : VS_REASON_PEER_NOT_VSOCKET;
+        s->transport = VS_TRANSPORT_KERNEL;
+        vs_stats_set_transport(s->stat, VS_TRANSPORT_KERNEL, why);
+        vs_info("%s: stays on the kernel: %s", who, why);
+    }
+}
+
 void vs_rdma_sync(struct vs_sock *s, int fd)
 {
     struct vs_rdma_conn *c = s->conn;
@@ -110,19 +133,22 @@ void vs_rdma_sync(struct vs_sock *s, int fd)
             vs_upgrade_show_pending(s, &c->up, VS_RDMA_LISTEN);
         return;
     }
-    s->conn_shown = hs;
     if (hs == VS_RDMA_DONE && c->hold_fd < 0)
         take_hold(c, fd);
-    if (hs == VS_RDMA_DONE) {
-        s->transport = VS_TRANSPORT_RDMA;
-        vs_stats_set_transport(s->stat, VS_TRANSPORT_RDMA, c->device);
-        vs_info("fd %d: upgraded to rdma on %s (rings of %lu and %lu bytes)", fd, c->device,
-                (unsigned long)c->rx_size, (unsigned long)c->tx_size);
-    } else {
-        s->transport = VS_TRANSPORT_KERNEL;
-        vs_stats_set_transport(s->stat, VS_TRANSPORT_KERNEL,
-                               c->fail_reason ? c->fail_reason : VS_REASON_PEER_NOT_VSOCKET);
-    }
+    show_outcome(s, c, hs, fd);
+}
+
+/* At close: a set-up that settled after the program's last call is shown
+ * now (the closed record and the log would otherwise say it was pending). */
+static void show_at_close(struct vs_sock *s, struct vs_rdma_conn *c)
+{
+    int hs = atomic_load_explicit(&c->hs, memory_order_acquire);
+    if (hs == s->conn_shown)
+        return;
+    if (hs == VS_RDMA_DONE || hs == VS_RDMA_FAILED)
+        show_outcome(s, c, hs, -1);
+    else if (hs != VS_RDMA_YOUNG)
+        vs_info("a connection closed while its set-up was under way: it stayed on the kernel");
 }
 
 /* -------------------------------------------------------------- readiness */
@@ -477,6 +503,7 @@ void vs_rdma_copy_use(struct vs_rdma_conn *c, int fd)
 static void release(struct vs_sock *s)
 {
     struct vs_rdma_conn *c = s->conn;
+    show_at_close(s, c);
     if (c->carrier && atomic_load(&c->held) >= 0 && vs_rdma_forked_others(c))
         leave_conn(c, VS_REASON_LEFT_BY_FORK);
     s->conn = NULL;
