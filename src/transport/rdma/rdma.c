@@ -145,7 +145,11 @@ static void show_at_close(struct vs_sock *s, struct vs_rdma_conn *c)
     int hs = atomic_load_explicit(&c->hs, memory_order_acquire);
     if (hs == s->conn_shown)
         return;
-    if (hs == VS_RDMA_DONE || hs == VS_RDMA_FAILED)
+    /* One that left RDMA since shows why it left (leave_conn): keep that. */
+    if (hs == VS_RDMA_DONE &&
+        (atomic_load(&c->st.tx_back_on_tcp) || atomic_load(&c->st.rx_reverted)))
+        vs_info("a closing connection had moved to rdma and went back to TCP");
+    else if (hs == VS_RDMA_DONE || hs == VS_RDMA_FAILED)
         show_outcome(s, c, hs, -1);
     else if (hs != VS_RDMA_YOUNG)
         vs_info("a connection closed while its set-up was under way: it stayed on the kernel");

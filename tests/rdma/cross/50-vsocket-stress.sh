@@ -28,7 +28,7 @@ check_log() {
   local up stays left
   up=$(grep -c 'upgraded to rdma' "$log" || true)
   stays=$(grep -c -E 'stays on the kernel|set-up was under way' "$log" || true)
-  left=$(grep -c -E 'goes on TCP|leaves? (the rings|rdma)' "$log" || true)
+  left=$(grep -c -E 'goes on TCP|went back to TCP|leaves? (the rings|rdma)' "$log" || true)
   echo "$1: $up connections upgraded to rdma, $stays stayed on the kernel, $left left rdma"
   echo "$1: ms from connect to rdma: $(grep -o '[0-9]* ms after' "$log" | cut -d' ' -f1 | xargs)"
   if [ "$up" -ge $((modes * conns)) ] && [ "$stays" = 0 ] && [ "$left" = 0 ]; then
