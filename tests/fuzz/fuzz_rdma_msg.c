@@ -495,6 +495,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fake.on_post = NULL;
     vs_rdma_verbs_teardown(m.c);
     FZ_CHECK(fake_regions() == 0, "%u registrations left", fake_regions());
+    FZ_CHECK(fake_mappings() == 0, "%u areas left", fake_mappings());
     free(m.c);
     return 0;
 }
