@@ -143,18 +143,16 @@ static struct {
     bool used;
 } maps[FAKE_MAPS];
 
-/* Which slot an area takes, and whether one of its size was kept, depend
- * on the inputs before: not coverage, which must depend on the input alone
- * (fuzzing.md, "The gate"). */
-#define NO_COVERAGE __attribute__((no_sanitize("coverage")))
-
 /* An area unmapped by an earlier input is kept and handed out again,
  * zeroed as a fresh mapping is: the mmap, madvise and munmap system calls
  * and the page faults of every input were a quarter of fuzz_rdma_msg's
  * time. Larger areas (a send copy as large as the peer's ring, up to
  * 256 MiB, touched only as we send) are mapped and unmapped as they come:
- * zeroing them would cost more than the calls. */
-NO_COVERAGE void *fz_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+ * zeroing them would cost more than the calls. Which slot an area takes,
+ * and whether one of its size was kept, depend on the inputs before: these
+ * functions are not coverage, which must depend on the input alone
+ * (fuzzing.md, "The gate"). */
+FZ_NO_COVERAGE void *fz_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
     FZ_CHECK(!addr && prot == (PROT_READ | PROT_WRITE) && flags == (MAP_PRIVATE | MAP_ANONYMOUS) &&
                  fd == -1 && off == 0 && len > 0,
@@ -181,7 +179,7 @@ NO_COVERAGE void *fz_mmap(void *addr, size_t len, int prot, int flags, int fd, o
     return p;
 }
 
-NO_COVERAGE static unsigned map_of(void *addr, size_t len)
+FZ_NO_COVERAGE static unsigned map_of(void *addr, size_t len)
 {
     unsigned i = 0;
     while (i < FAKE_MAPS && !(maps[i].used && maps[i].addr == addr && maps[i].len == len))
@@ -190,7 +188,7 @@ NO_COVERAGE static unsigned map_of(void *addr, size_t len)
     return i;
 }
 
-NO_COVERAGE int fz_munmap(void *addr, size_t len)
+FZ_NO_COVERAGE int fz_munmap(void *addr, size_t len)
 {
     unsigned i = map_of(addr, len);
     maps[i].used = false;
@@ -202,7 +200,7 @@ NO_COVERAGE int fz_munmap(void *addr, size_t len)
 }
 
 /* MADV_DONTFORK: nothing forks here. */
-NO_COVERAGE int fz_madvise(void *addr, size_t len, int advice)
+FZ_NO_COVERAGE int fz_madvise(void *addr, size_t len, int advice)
 {
     map_of(addr, len);
     FZ_CHECK(advice == MADV_DONTFORK, "madvise %d", advice);
