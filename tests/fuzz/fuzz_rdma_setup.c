@@ -543,6 +543,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         step(&in);
     vs_rdma_verbs_teardown(s.c);
     FZ_CHECK(fake_regions() == 0, "%u registrations left", fake_regions());
+    FZ_CHECK(fake_mappings() == 0, "%u areas left", fake_mappings());
     free(s.c);
     return 0;
 }

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "config/config.h"
 #include "config/log.h"
@@ -128,6 +129,89 @@ unsigned fake_regions(void)
     unsigned n = 0;
     for (unsigned i = 0; i < 8; i++)
         n += mr_used[i];
+    return n;
+}
+
+/* ------------------------------------------------------- verbs.c's areas */
+
+/* A connection maps at most four areas (messages, ring, credit word, send
+ * copy): room for twice that, mapped and kept. */
+#define FAKE_MAPS 8
+static struct {
+    void *addr;
+    size_t len;
+    bool used;
+} maps[FAKE_MAPS];
+
+/* An area unmapped by an earlier input is kept and handed out again,
+ * zeroed as a fresh mapping is: the mmap, madvise and munmap system calls
+ * and the page faults of every input were a quarter of fuzz_rdma_msg's
+ * time. Larger areas (a send copy as large as the peer's ring, up to
+ * 256 MiB, touched only as we send) are mapped and unmapped as they come:
+ * zeroing them would cost more than the calls. Which slot an area takes,
+ * and whether one of its size was kept, depend on the inputs before: these
+ * functions are not coverage, which must depend on the input alone
+ * (fuzzing.md, "The gate"). */
+FZ_NO_COVERAGE void *fz_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+    FZ_CHECK(!addr && prot == (PROT_READ | PROT_WRITE) && flags == (MAP_PRIVATE | MAP_ANONYMOUS) &&
+                 fd == -1 && off == 0 && len > 0,
+             "an mmap verbs.c does not make");
+    unsigned i, slot = FAKE_MAPS;
+    for (i = 0; i < FAKE_MAPS; i++) {
+        if (maps[i].used)
+            continue;
+        if (maps[i].addr && maps[i].len == len) {
+            memset(maps[i].addr, 0, len);
+            maps[i].used = true;
+            return maps[i].addr;
+        }
+        if (slot == FAKE_MAPS || !maps[i].addr)
+            slot = i; /* an empty slot, else one kept of another size */
+    }
+    FZ_CHECK(slot < FAKE_MAPS, "more than %d areas mapped", FAKE_MAPS);
+    if (maps[slot].addr)
+        munmap(maps[slot].addr, maps[slot].len);
+    void *p = mmap(NULL, len, prot, flags, -1, 0);
+    maps[slot].addr = p == MAP_FAILED ? NULL : p;
+    maps[slot].len = len;
+    maps[slot].used = p != MAP_FAILED;
+    return p;
+}
+
+FZ_NO_COVERAGE static unsigned map_of(void *addr, size_t len)
+{
+    unsigned i = 0;
+    while (i < FAKE_MAPS && !(maps[i].used && maps[i].addr == addr && maps[i].len == len))
+        i++;
+    FZ_CHECK(i < FAKE_MAPS, "an area of %zu bytes at %p not mapped", len, addr);
+    return i;
+}
+
+FZ_NO_COVERAGE int fz_munmap(void *addr, size_t len)
+{
+    unsigned i = map_of(addr, len);
+    maps[i].used = false;
+    if (len > FAKE_KEEP_MAX) {
+        munmap(addr, len);
+        maps[i].addr = NULL;
+    }
+    return 0;
+}
+
+/* MADV_DONTFORK: nothing forks here. */
+FZ_NO_COVERAGE int fz_madvise(void *addr, size_t len, int advice)
+{
+    map_of(addr, len);
+    FZ_CHECK(advice == MADV_DONTFORK, "madvise %d", advice);
+    return 0;
+}
+
+unsigned fake_mappings(void)
+{
+    unsigned n = 0;
+    for (unsigned i = 0; i < FAKE_MAPS; i++)
+        n += maps[i].used;
     return n;
 }
 

@@ -16,6 +16,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "transport/rdma/conn.h"
 
@@ -78,5 +79,15 @@ bool fake_take_send(struct fake_wr *out);
 void fake_complete(const struct vs_rdma_wc *wc);
 /* Memory regions registered and not deregistered. */
 unsigned fake_regions(void);
+/* verbs.c's areas mapped and not unmapped. */
+unsigned fake_mappings(void);
+
+/* verbs.c's mmap, munmap and madvise: it is compiled with these names for
+ * those (CMakeLists.txt), so that its areas of up to FAKE_KEEP_MAX bytes
+ * are kept for the next input (rdma_fake.c). */
+#define FAKE_KEEP_MAX (64ul << 10)
+void *fz_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off);
+int fz_munmap(void *addr, size_t len);
+int fz_madvise(void *addr, size_t len, int advice);
 
 #endif
