@@ -195,11 +195,14 @@ void vs_sock_set_state(struct vs_sock *s, int fd, enum vs_sock_state state)
     vs_sock_refresh_addrs(s, fd);
 }
 
-/* connect(AF_UNSPEC) dissolved a datagram socket's association. It stays
- * bound where the program bound it; a port the connect chose goes with the
+/* connect(AF_UNSPEC) dissolved a datagram socket's association: no peer.
+ * It stays bound where the program bound it to a port of its choosing; a
+ * port the kernel chose (bind to port 0, or the connect) goes with the
  * association (the kernel's rule), and then the socket is open again. */
 void vs_sock_disconnected(struct vs_sock *s, int fd)
 {
+    const struct sockaddr none = {.sa_family = AF_UNSPEC};
+    vs_stats_set_addrs(s->stat, NULL, &none);
     vs_sock_set_state(s, fd, VS_STATE_OPEN);
     const struct sockaddr_storage *l = &s->local;
     in_port_t port = l->ss_family == AF_INET    ? ((const struct sockaddr_in *)l)->sin_port
