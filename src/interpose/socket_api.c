@@ -170,9 +170,11 @@ VS_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
     if (!s)
         return r;
     int saved_errno = errno;
-    if (addr && len >= sizeof(sa_family_t) && addr->sa_family == AF_UNSPEC)
-        vs_sock_disconnected(s, fd); /* a datagram socket dissolving its association */
-    else if (r == 0)
+    bool unspec = addr && len >= sizeof(sa_family_t) && addr->sa_family == AF_UNSPEC;
+    if (unspec) {
+        if (r == 0)
+            vs_sock_disconnected(s, fd); /* a datagram socket dissolving its association */
+    } else if (r == 0)
         vs_sock_connecting(s, fd, VS_STATE_CONNECTED, addr, len);
     else if (errno == EINPROGRESS)
         vs_sock_connecting(s, fd, VS_STATE_CONNECTING, addr, len);
