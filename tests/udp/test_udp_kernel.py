@@ -52,6 +52,9 @@ EXPECT = {
                "which took the datagram": "error EAGAIN", "sendto address too long": "error EINVAL"},
     "readiness": {"epoll edge once": [], "poll, one queued": [5]},
     "inherited": {"from the child": ["child send", True], "parent still has it": "to the parent"},
+    "forked": {"child": 0, "from the parent": "parent"},
+    "misc": {"sendfile datagram": [1000, "00010203", True],
+             "pktinfo": [1, "127.0.0.1", "127.0.0.1"]},
 }
 
 

@@ -101,7 +101,11 @@ class Timespec(ctypes.Structure):
 
 
 MSG_WAITFORONE = 0x10000
-SO_RXQ_OVFL = 40  # not in Python's socket module
+# Not all in Python's socket module.
+SO_RXQ_OVFL = 40
+SO_TIMESTAMPNS = 35
+IP_PKTINFO = 8
+SIOCOUTQ = 0x5411
 
 
 def sendmmsg(sock, payloads, dest: bytes | None, flags=0):
@@ -436,6 +440,54 @@ def scenario_readiness():
     note("poll, drained", [ev for _, ev in p.poll(0)])
     s.sendto(b"again", r.getsockname())
     note("epoll edge again", [ev for _, ev in ep.poll(HANG)])
+
+
+def scenario_forked():
+    """A forked child sends and receives on its copy; the parent's goes on."""
+    r = udp(bind=("127.0.0.1", 0))
+    k = udp(bind=("127.0.0.1", 0))
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            k.sendto(b"child", r.getsockname())
+            code = 0 if k.recv(100) == b"to the child" else 2
+        finally:
+            os._exit(code)
+    data, src = r.recvfrom(100)
+    note("from the child", [data.decode(), same(src, k.getsockname())])
+    r.sendto(b"to the child", k.getsockname())
+    note("child", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+    k.sendto(b"parent", r.getsockname())
+    note("from the parent", r.recv(100).decode())
+
+
+def scenario_misc():
+    """sendfile to a connected UDP socket, the kernel's ancillary data
+    (IP_PKTINFO, SO_TIMESTAMPNS), SIOCOUTQ, shutdown."""
+    import fcntl
+    import tempfile
+    r = udp(bind=("127.0.0.1", 0))
+    r.setsockopt(socket.IPPROTO_IP, IP_PKTINFO, 1)
+    r.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    s = udp()
+    s.connect(r.getsockname())
+    with tempfile.TemporaryFile() as f:
+        f.write(bytes(range(256)) * 4)
+        f.flush()
+        note("sendfile", os.sendfile(s.fileno(), f.fileno(), 0, 1000))
+    data, anc, flags, src = r.recvmsg(2000, 256)
+    note("sendfile datagram", [len(data), data[:4].hex(), same(src, s.getsockname())])
+    kinds = sorted([lvl, typ] for lvl, typ, _ in anc)
+    note("ancillary kinds", kinds)
+    for lvl, typ, d in anc:
+        if lvl == socket.IPPROTO_IP and typ == IP_PKTINFO:
+            ifindex, spec, dst = struct.unpack("i4s4s", d[:12])
+            note("pktinfo", [ifindex, socket.inet_ntoa(spec), socket.inet_ntoa(dst)])
+    note("SIOCOUTQ", struct.unpack("i", fcntl.ioctl(s.fileno(), SIOCOUTQ, b"\0" * 4))[0])
+    attempt("shutdown RD", lambda: s.shutdown(socket.SHUT_RD))
+    attempt("send after SHUT_RD", lambda: s.send(b"still"))
+    note("delivered", r.recv(100).decode())
 
 
 def scenario_inherited():
