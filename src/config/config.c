@@ -35,6 +35,7 @@ const char *const vs_config_variables[] = {
     "VSOCKET_RDMA_PEER_CACHE_S",
     "VSOCKET_RDMA_ZCOPY",
     "VSOCKET_RDMA_FORK_LEAVE",
+    "VSOCKET_UDP",
     NULL,
 };
 
@@ -60,6 +61,7 @@ void vs_config_defaults(struct vs_config *c)
     c->rdma_peer_cache_s = VS_RDMA_PEER_CACHE_S_DEFAULT;
     c->rdma_zcopy = VS_RDMA_ZCOPY_DEFAULT;
     c->rdma_spill_ms = VS_RDMA_SPILL_MS_DEFAULT;
+    c->udp = true;
 }
 
 void vs_config_format_transports(unsigned mask, char *out, size_t outlen)
@@ -376,4 +378,5 @@ void vs_config_load(struct vs_config *c)
     load_bool("VSOCKET_FOLLOW_EXEC", &c->follow_exec);
     load_shm(c);
     load_rdma(c);
+    load_bool("VSOCKET_UDP", &c->udp);
 }

@@ -94,6 +94,7 @@ struct vs_config {
     unsigned long rdma_zcopy;        /* VSOCKET_RDMA_ZCOPY, bytes; 0: never */
     bool rdma_fork_leave;            /* VSOCKET_RDMA_FORK_LEAVE: leave RDMA before fork */
     unsigned long rdma_spill_ms;     /* VSOCKET_RDMA_SPILL_MS: a stalled writer leaves RDMA */
+    bool udp; /* VSOCKET_UDP: the datagram layer takes UDP sockets (docs/design/udp.md) */
 };
 
 extern struct vs_config vs_config;

@@ -15,8 +15,11 @@
 #define VS_REASON_NOT_CONNECTED "not-connected"
 /* Listening sockets stay on the kernel; the connections they accept may move. */
 #define VS_REASON_LISTENER "listener"
-/* UDP stays on the kernel in this version. */
+/* A UDP socket every peer of which is on the kernel: no transport carries
+ * UDP datagrams yet (docs/design/udp.md). */
 #define VS_REASON_UDP "udp-on-kernel"
+/* VSOCKET_UDP=off: UDP sockets are left to the kernel alone. */
+#define VS_REASON_UDP_DISABLED "udp-disabled"
 /* A connection inherited through exec (its rings, if any, were left before exec). */
 #define VS_REASON_INHERITED "inherited"
 /* The peer is on another host (the shm transport serves this host only). */

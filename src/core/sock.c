@@ -21,15 +21,28 @@ bool vs_sock_tracked_family(int family)
 }
 
 /* Why a new socket is on the kernel. A TCP socket may still move to the
- * shm transport when it connects (the reason then changes). */
-static const char *kernel_reason(int type)
+ * shm transport when it connects (the reason then changes). Datagram
+ * sockets other than UDP (ICMP "ping" sockets, UDP-Lite) are not the
+ * datagram layer's. */
+static const char *kernel_reason(int type, int protocol)
 {
-    if (type != SOCK_STREAM && type != SOCK_DGRAM)
+    bool udp = type == SOCK_DGRAM && (protocol == 0 || protocol == IPPROTO_UDP);
+    if (type != SOCK_STREAM && !udp)
         return VS_REASON_UNSUPPORTED_TYPE;
     bool kernel_only = vs_config.transports == VS_TRANSPORT_BIT(VS_TRANSPORT_KERNEL);
     if (kernel_only)
         return vs_config.transports_set ? VS_REASON_DISABLED : VS_REASON_NO_TRANSPORT;
-    return type == SOCK_DGRAM ? VS_REASON_UDP : VS_REASON_NOT_CONNECTED;
+    if (udp)
+        return vs_config.udp ? VS_REASON_UDP : VS_REASON_UDP_DISABLED;
+    return VS_REASON_NOT_CONNECTED;
+}
+
+/* Given from above at load (interpose/init.c): the datagram layer's offer. */
+static void (*adopt_hook)(struct vs_sock *s, int fd);
+
+void vs_sock_set_adopt_hook(void (*hook)(struct vs_sock *s, int fd))
+{
+    adopt_hook = hook;
 }
 
 struct vs_sock *vs_sock_new(int fd, int family, int type, int protocol, const char *reason)
@@ -52,7 +65,8 @@ struct vs_sock *vs_sock_new(int fd, int family, int type, int protocol, const ch
     s->conn_shown = -1;
     s->have_addrs = s->have_local = false;
     atomic_store(&s->state, VS_STATE_OPEN);
-    s->stat = vs_stats_open(fd, family, type, s->transport, reason ? reason : kernel_reason(type));
+    s->stat = vs_stats_open(fd, family, type, s->transport,
+                            reason ? reason : kernel_reason(type, protocol));
     /* Published last: a racing lookup that finds this recycled object must
      * not take a reference before the fields above are in place. */
     atomic_store_explicit(&s->refs, 1, memory_order_release);
@@ -91,6 +105,8 @@ struct vs_sock *vs_sock_adopt(int fd)
     if (state == VS_STATE_CONNECTED && type == SOCK_STREAM &&
         (vs_config.transports & ~VS_TRANSPORT_BIT(VS_TRANSPORT_KERNEL)))
         vs_stats_set_reason(s->stat, VS_REASON_INHERITED);
+    if (adopt_hook)
+        adopt_hook(s, fd);
     vs_info("fd %d: adopted an inherited socket (%s)", fd, vs_stats_state_name(state));
     return s;
 }
@@ -177,6 +193,25 @@ void vs_sock_set_state(struct vs_sock *s, int fd, enum vs_sock_state state)
     atomic_store(&s->state, state);
     vs_stats_set_state(s->stat, state);
     vs_sock_refresh_addrs(s, fd);
+}
+
+/* connect(AF_UNSPEC) dissolved a datagram socket's association: no peer.
+ * It stays bound where the program bound it to a port of its choosing; a
+ * port the kernel chose (bind to port 0, or the connect) goes with the
+ * association (the kernel's rule), and then the socket is open again. */
+void vs_sock_disconnected(struct vs_sock *s, int fd)
+{
+    const struct sockaddr none = {.sa_family = AF_UNSPEC};
+    vs_stats_set_addrs(s->stat, NULL, &none);
+    vs_sock_set_state(s, fd, VS_STATE_OPEN);
+    const struct sockaddr_storage *l = &s->local;
+    in_port_t port = l->ss_family == AF_INET    ? ((const struct sockaddr_in *)l)->sin_port
+                     : l->ss_family == AF_INET6 ? ((const struct sockaddr_in6 *)l)->sin6_port
+                                                : 0;
+    if (s->have_local && port != 0) {
+        atomic_store(&s->state, VS_STATE_BOUND);
+        vs_stats_set_state(s->stat, VS_STATE_BOUND);
+    }
 }
 
 void vs_sock_connected_late(struct vs_sock *s, int fd)

@@ -66,6 +66,10 @@ struct vs_sock *vs_sock_new(int fd, int family, int type, int protocol, const ch
 /* A socket for FD found open without our having seen it created; NULL when
  * FD is not an internet socket. */
 struct vs_sock *vs_sock_adopt(int fd);
+/* HOOK is called with each socket vs_sock_adopt makes, before anyone else
+ * sees it: the datagram layer takes inherited UDP sockets this way
+ * (transport/transport.h, vs_transports_offer_dgram). Set at load. */
+void vs_sock_set_adopt_hook(void (*hook)(struct vs_sock *s, int fd));
 
 /* Takes a reference unless the count already reached zero (the object is
  * being freed or was reused: see memory/pool.h). */
@@ -106,8 +110,12 @@ void vs_sock_connecting(struct vs_sock *s, int fd, enum vs_sock_state state,
 void vs_sock_accepted(struct vs_sock *s, int fd, const struct vs_sock *listener,
                       const struct sockaddr *peer, socklen_t len);
 
+/* connect(AF_UNSPEC) dissolved a datagram socket's association. */
+void vs_sock_disconnected(struct vs_sock *s, int fd);
+
 /* Counting after a data call returned N; the first bytes to move also
- * complete a non-blocking connect. */
+ * complete a non-blocking connect. A datagram socket's call that returned
+ * 0 moved one datagram of length 0 (a stream's is its end). */
 void vs_sock_connected_late(struct vs_sock *s, int fd);
 static inline bool vs_sock_moved(struct vs_sock *s, int fd, long n)
 {
@@ -117,14 +125,18 @@ static inline bool vs_sock_moved(struct vs_sock *s, int fd, long n)
         vs_sock_connected_late(s, fd);
     return true;
 }
+static inline bool vs_sock_counts(struct vs_sock *s, int fd, long n)
+{
+    return vs_sock_moved(s, fd, n) || (n == 0 && s->type == SOCK_DGRAM);
+}
 static inline void vs_sock_count_tx(struct vs_sock *s, int fd, long n, unsigned msgs)
 {
-    if (vs_sock_moved(s, fd, n))
+    if (vs_sock_counts(s, fd, n))
         vs_stats_count_tx(s->stat, (size_t)n, msgs);
 }
 static inline void vs_sock_count_rx(struct vs_sock *s, int fd, long n, unsigned msgs)
 {
-    if (vs_sock_moved(s, fd, n))
+    if (vs_sock_counts(s, fd, n))
         vs_stats_count_rx(s->stat, (size_t)n, msgs);
 }
 

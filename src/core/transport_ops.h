@@ -10,7 +10,8 @@
  * transport follows: whatever it cannot do, the kernel socket still does.
  *
  * When connect() or accept() gives a transport a connection to try
- * (vs_transports_offer_*), the transport sets s->ops to its table and
+ * (vs_transports_offer_*; for a UDP socket, socket() itself:
+ * vs_transports_offer_dgram), the transport sets s->ops to its table and
  * s->conn to its private state; from then on every call on the socket goes
  * through s->ops, even after the connection fell back to TCP (the transport
  * then passes calls on with vs_real.*). A transport never calls an
@@ -29,6 +30,8 @@
 
 struct vs_sock;
 struct msghdr;
+struct mmsghdr;
+struct timespec;
 
 /* Readiness bits are POLLIN/POLLOUT/POLLRDHUP/POLLHUP/POLLERR, which have
  * the same values as their EPOLL counterparts. */
@@ -49,9 +52,33 @@ struct vs_transport_ops {
     void (*on_connect)(struct vs_sock *s, int fd, const struct sockaddr *peer, socklen_t len);
     void (*on_accept)(struct vs_sock *s, int fd);
 
+    /* Datagram sockets (UDP), taken at creation rather than at connect: a
+     * UDP socket talks to many peers, each on a path of its own, so one
+     * table (the datagram layer) holds the socket from socket() on, and
+     * hears of what the program does with it. May be NULL for a stream
+     * transport. on_socket: a UDP socket was created or adopted (inherited
+     * through exec); the table may set s->ops. Then, on a socket it took:
+     * on_connect after every connect() the kernel accepted, AF_UNSPEC (the
+     * association dissolved) included; on_bind after a bind() the kernel
+     * accepted; sockopt after a setsockopt() the kernel accepted, with the
+     * program's arguments. None may fail the program's call. */
+    void (*on_socket)(struct vs_sock *s, int fd);
+    void (*on_bind)(struct vs_sock *s, int fd, const struct sockaddr *addr, socklen_t len);
+    void (*sockopt)(struct vs_sock *s, int fd, int level, int name, const void *value,
+                    socklen_t len);
+
     /* The data path, as the system calls they serve: -1 and errno. */
     ssize_t (*recvmsg)(struct vs_sock *s, int fd, struct msghdr *msg, int flags);
+    /* MSG->msg_name is the program's: the source to report (recvmsg), the
+     * destination (sendmsg; sendto's address arrives here). A connected
+     * stream transport may ignore it, as the kernel does. */
     ssize_t (*sendmsg)(struct vs_sock *s, int fd, const struct msghdr *msg, int flags);
+    /* recvmmsg/sendmmsg as the system calls (the timeout is recvmmsg's own
+     * rule). May be NULL: each message then goes through recvmsg/sendmsg,
+     * the first receive may block and the rest do not (a byte stream). */
+    int (*recvmmsg)(struct vs_sock *s, int fd, struct mmsghdr *vec, unsigned vlen, int flags,
+                    struct timespec *timeout);
+    int (*sendmmsg)(struct vs_sock *s, int fd, struct mmsghdr *vec, unsigned vlen, int flags);
     ssize_t (*sendfile)(struct vs_sock *s, int fd, int in_fd, off_t *offset, size_t count);
     int (*shutdown)(struct vs_sock *s, int fd, int how);
     /* FIONREAD/SIOCINQ and SIOCOUTQ; false when REQ is not the transport's. */

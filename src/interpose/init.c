@@ -13,14 +13,16 @@
 #include "core/sock.h"
 #include "readiness/epoll.h"
 #include "core/spin.h"
+#include "transport/dgram/ops.h"
 #include "transport/rdma/ops.h"
 #include "transport/shm/ops.h"
 #include "transport/transport.h"
 #include "transport/wake.h"
 
 /* What only this floor may do: give the layers below the names above them.
- * The transports, in order of preference, to the registry; readiness's
- * wake-ups to the transports. */
+ * The transports, in order of preference, to the registry, and the
+ * datagram layer; the registry's offer of inherited UDP sockets to core;
+ * readiness's wake-ups to the transports. */
 static void wire(void)
 {
     static const struct vs_wake_hooks epoll_hooks = {
@@ -31,6 +33,8 @@ static void wire(void)
     vs_wake_set(&epoll_hooks);
     vs_transports_register(&vs_shm_ops);
     vs_transports_register(&vs_rdma_ops);
+    vs_transports_register_dgram(&vs_dgram_ops);
+    vs_sock_set_adopt_hook(vs_transports_offer_dgram);
 }
 
 __attribute__((constructor)) static void vs_load(void)

@@ -3,8 +3,11 @@
  * Each wrapper looks the fd up (lock-free), lets the socket's transport move
  * the bytes (the kernel, or the transport that took the connection over:
  * s->ops) and counts what moved. An fd that is not a tracked
- * socket costs one table lookup. */
+ * socket costs one table lookup. Every call reaches a transport as a msghdr
+ * (or a vector of them); a datagram socket's keeps the program's address
+ * (the destination of sendto, where recvfrom reports the source). */
 #include <errno.h>
+#include <limits.h>
 #include <sys/sendfile.h>
 
 #include "core/fdtable.h"
@@ -28,25 +31,57 @@ static ssize_t done_tx(struct vs_sock *s, int fd, ssize_t n)
     return n;
 }
 
-/* A transport takes every call as a msghdr. */
+/* A transport takes every call as a msghdr. recvfrom's address is written
+ * as the kernel writes it: the source's full length in *ADDRLEN, at most
+ * the buffer's bytes of it. The kernel takes the datagram before it looks
+ * at ADDRLEN: a missing or negative one fails the call (EFAULT, EINVAL)
+ * with the datagram gone, and so here. */
 static ssize_t conn_recv(struct vs_sock *s, int fd, const struct iovec *iov, size_t iovcnt,
                          int flags, struct sockaddr *addr, socklen_t *addrlen)
 {
-    struct msghdr m = {.msg_name = addr,
-                       .msg_namelen = addr && addrlen ? *addrlen : 0,
+    int bad = addr && !addrlen ? EFAULT : addr && (int)*addrlen < 0 ? EINVAL : 0;
+    struct msghdr m = {.msg_name = bad ? NULL : addr,
+                       .msg_namelen = addr && !bad ? *addrlen : 0,
                        .msg_iov = (struct iovec *)iov,
                        .msg_iovlen = iovcnt};
     ssize_t n = s->ops->recvmsg(s, fd, &m, flags);
-    if (n >= 0 && addr && addrlen)
+    if (n >= 0 && bad) {
+        errno = bad;
+        return -1;
+    }
+    if (n >= 0 && addr)
         *addrlen = m.msg_namelen;
     return n;
 }
 
+/* ADDR: sendto's destination, for a datagram socket; a connected stream
+ * socket ignores it, as the kernel does (no Fast Open through a
+ * transport). */
 static ssize_t conn_send(struct vs_sock *s, int fd, const struct iovec *iov, size_t iovcnt,
-                         int flags)
+                         int flags, const struct sockaddr *addr, socklen_t addrlen)
 {
-    struct msghdr m = {.msg_iov = (struct iovec *)iov, .msg_iovlen = iovcnt};
+    bool named = addr && s->type == SOCK_DGRAM;
+    struct msghdr m = {.msg_name = named ? (void *)addr : NULL,
+                       .msg_namelen = named ? addrlen : 0,
+                       .msg_iov = (struct iovec *)iov,
+                       .msg_iovlen = iovcnt};
     return s->ops->sendmsg(s, fd, &m, flags);
+}
+
+/* Whether a read of LEN bytes goes to the transport. The kernel answers a
+ * read(2) of nothing with 0 before it looks at the socket (a datagram stays
+ * queued, where recv(2) of nothing takes it): such a read is its. */
+static bool conn_reads(const struct vs_sock *s, size_t len)
+{
+    return s && s->ops && len > 0;
+}
+
+static size_t iov_bytes(const struct iovec *iov, int iovcnt)
+{
+    size_t total = 0;
+    for (int i = 0; i < iovcnt; i++)
+        total += iov[i].iov_len;
+    return total;
 }
 
 VS_EXPORT ssize_t read(int fd, void *buf, size_t len)
@@ -54,11 +89,15 @@ VS_EXPORT ssize_t read(int fd, void *buf, size_t len)
     VS_REAL_READY();
     VS_PASS_IF_SANDBOXED(vs_real.read(fd, buf, len));
     struct vs_sock *s = vs_fd_get(fd);
-    if (s && s->ops) {
+    if (conn_reads(s, len)) {
         struct iovec iov = {buf, len};
         return done_rx(s, fd, conn_recv(s, fd, &iov, 1, 0, NULL, NULL), 0);
     }
     ssize_t n = vs_real.read(fd, buf, len);
+    if (s && len == 0) {
+        vs_sock_put(s); /* nothing moved */
+        return n;
+    }
     return s ? done_rx(s, fd, n, 0) : n;
 }
 
@@ -69,7 +108,7 @@ VS_EXPORT ssize_t write(int fd, const void *buf, size_t len)
     struct vs_sock *s = vs_fd_get(fd);
     if (s && s->ops) {
         struct iovec iov = {(void *)buf, len};
-        return done_tx(s, fd, conn_send(s, fd, &iov, 1, 0));
+        return done_tx(s, fd, conn_send(s, fd, &iov, 1, 0, NULL, 0));
     }
     ssize_t n = vs_real.write(fd, buf, len);
     return s ? done_tx(s, fd, n) : n;
@@ -80,9 +119,15 @@ VS_EXPORT ssize_t readv(int fd, const struct iovec *iov, int iovcnt)
     VS_REAL_READY();
     VS_PASS_IF_SANDBOXED(vs_real.readv(fd, iov, iovcnt));
     struct vs_sock *s = vs_fd_get(fd);
-    if (s && s->ops && iovcnt >= 0)
+    /* A bad count or a missing vector is the kernel's to refuse. */
+    bool valid = iov && iovcnt > 0 && iovcnt <= IOV_MAX;
+    if (s && s->ops && valid && conn_reads(s, iov_bytes(iov, iovcnt)))
         return done_rx(s, fd, conn_recv(s, fd, iov, (size_t)iovcnt, 0, NULL, NULL), 0);
     ssize_t n = vs_real.readv(fd, iov, iovcnt);
+    if (s && n == 0 && (!valid || iov_bytes(iov, iovcnt) == 0)) {
+        vs_sock_put(s); /* nothing moved */
+        return n;
+    }
     return s ? done_rx(s, fd, n, 0) : n;
 }
 
@@ -92,7 +137,7 @@ VS_EXPORT ssize_t writev(int fd, const struct iovec *iov, int iovcnt)
     VS_PASS_IF_SANDBOXED(vs_real.writev(fd, iov, iovcnt));
     struct vs_sock *s = vs_fd_get(fd);
     if (s && s->ops && iovcnt >= 0)
-        return done_tx(s, fd, conn_send(s, fd, iov, (size_t)iovcnt, 0));
+        return done_tx(s, fd, conn_send(s, fd, iov, (size_t)iovcnt, 0, NULL, 0));
     ssize_t n = vs_real.writev(fd, iov, iovcnt);
     return s ? done_tx(s, fd, n) : n;
 }
@@ -144,8 +189,9 @@ static size_t mmsg_bytes(const struct mmsghdr *v, int n)
     return total;
 }
 
-/* Stream sockets have no message boundaries: each entry takes what a
- * recvmsg would, the first one may block, the rest do not. */
+/* A transport without recvmmsg/sendmmsg of its own carries streams, which
+ * have no message boundaries: each entry takes what a recvmsg would, the
+ * first one may block, the rest do not. */
 static int conn_recvmmsg(struct vs_sock *s, int fd, struct mmsghdr *vec, unsigned vlen, int flags)
 {
     unsigned i = 0;
@@ -178,8 +224,9 @@ VS_EXPORT int recvmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flags
     VS_REAL_READY();
     VS_PASS_IF_SANDBOXED(vs_real.recvmmsg(fd, vec, vlen, flags, timeout));
     struct vs_sock *s = vs_fd_get(fd);
-    int n = s && s->ops ? conn_recvmmsg(s, fd, vec, vlen, flags)
-                        : vs_real.recvmmsg(fd, vec, vlen, flags, timeout);
+    int n = !s || !s->ops      ? vs_real.recvmmsg(fd, vec, vlen, flags, timeout)
+            : s->ops->recvmmsg ? s->ops->recvmmsg(s, fd, vec, vlen, flags, timeout)
+                               : conn_recvmmsg(s, fd, vec, vlen, flags);
     if (s) {
         if (n > 0 && !(flags & MSG_PEEK))
             vs_sock_count_rx(s, fd, (long)mmsg_bytes(vec, n), (unsigned)n);
@@ -195,7 +242,7 @@ VS_EXPORT ssize_t send(int fd, const void *buf, size_t len, int flags)
     struct vs_sock *s = vs_fd_get(fd);
     if (s && s->ops) {
         struct iovec iov = {(void *)buf, len};
-        return done_tx(s, fd, conn_send(s, fd, &iov, 1, flags));
+        return done_tx(s, fd, conn_send(s, fd, &iov, 1, flags, NULL, 0));
     }
     ssize_t n = vs_real.send(fd, buf, len, flags);
     return s ? done_tx(s, fd, n) : n;
@@ -208,9 +255,14 @@ VS_EXPORT ssize_t sendto(int fd, const void *buf, size_t len, int flags,
     VS_PASS_IF_SANDBOXED(vs_real.sendto(fd, buf, len, flags, addr, addrlen));
     struct vs_sock *s = vs_fd_get(fd);
     if (s && s->ops) {
-        /* A connected stream socket ignores the address, as the kernel does. */
+        /* sendto refuses an address longer than any (sendmsg would cut it). */
+        if (addr && addrlen > sizeof(struct sockaddr_storage)) {
+            vs_sock_put(s);
+            errno = EINVAL;
+            return -1;
+        }
         struct iovec iov = {(void *)buf, len};
-        return done_tx(s, fd, conn_send(s, fd, &iov, 1, flags));
+        return done_tx(s, fd, conn_send(s, fd, &iov, 1, flags, addr, addrlen));
     }
     ssize_t n = vs_real.sendto(fd, buf, len, flags, addr, addrlen);
     return s ? done_tx(s, fd, n) : n;
@@ -232,8 +284,9 @@ VS_EXPORT int sendmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flags
     VS_REAL_READY();
     VS_PASS_IF_SANDBOXED(vs_real.sendmmsg(fd, vec, vlen, flags));
     struct vs_sock *s = vs_fd_get(fd);
-    int n = s && s->ops ? conn_sendmmsg(s, fd, vec, vlen, flags)
-                        : vs_real.sendmmsg(fd, vec, vlen, flags);
+    int n = !s || !s->ops      ? vs_real.sendmmsg(fd, vec, vlen, flags)
+            : s->ops->sendmmsg ? s->ops->sendmmsg(s, fd, vec, vlen, flags)
+                               : conn_sendmmsg(s, fd, vec, vlen, flags);
     if (s) {
         if (n > 0)
             vs_sock_count_tx(s, fd, (long)mmsg_bytes(vec, n), (unsigned)n);

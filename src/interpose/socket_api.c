@@ -3,7 +3,9 @@
  * These wrappers call libc and keep the fd table and the statistics in step
  * with what the kernel did. connect and accept also offer a TCP connection
  * to the transports (transport/registry.c), which upgrade it when the
- * process at the other end runs vsocket too. */
+ * process at the other end runs vsocket too. A UDP socket is offered to the
+ * datagram layer at socket(), which then hears of its connect, bind and
+ * options once the kernel accepted them. */
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -38,7 +40,10 @@ static void track_new(int fd, int family, int type, int protocol)
         return;
     }
     int saved_errno = errno;
-    vs_fd_set(fd, vs_sock_new(fd, family, type & SOCK_TYPE_MASK, protocol, NULL));
+    struct vs_sock *s = vs_sock_new(fd, family, type & SOCK_TYPE_MASK, protocol, NULL);
+    if (s)
+        vs_transports_offer_dgram(s, fd);
+    vs_fd_set(fd, s);
     errno = saved_errno;
 }
 
@@ -74,9 +79,14 @@ VS_EXPORT int bind(int fd, const struct sockaddr *addr, socklen_t len)
     struct vs_sock *s = vs_fd_get(fd);
     int r = vs_real.bind(fd, addr, len);
     if (s) {
-        if (r == 0)
+        int saved_errno = errno;
+        if (r == 0) {
             vs_sock_set_state(s, fd, VS_STATE_BOUND);
+            if (s->ops && s->ops->on_bind)
+                s->ops->on_bind(s, fd, addr, len);
+        }
         vs_sock_put(s);
+        errno = saved_errno;
     }
     return r;
 }
@@ -160,9 +170,11 @@ VS_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
     if (!s)
         return r;
     int saved_errno = errno;
-    if (addr && len >= sizeof(sa_family_t) && addr->sa_family == AF_UNSPEC)
-        vs_sock_set_state(s, fd, VS_STATE_OPEN); /* a datagram socket dissolving its association */
-    else if (r == 0)
+    bool unspec = addr && len >= sizeof(sa_family_t) && addr->sa_family == AF_UNSPEC;
+    if (unspec) {
+        if (r == 0)
+            vs_sock_disconnected(s, fd); /* a datagram socket dissolving its association */
+    } else if (r == 0)
         vs_sock_connecting(s, fd, VS_STATE_CONNECTED, addr, len);
     else if (errno == EINPROGRESS)
         vs_sock_connecting(s, fd, VS_STATE_CONNECTING, addr, len);
@@ -231,11 +243,29 @@ static void note_inq(int fd, const void *value, socklen_t len)
         vs_sock_put(s);
 }
 
+/* The kernel accepted an option: the socket's transport hears of it (the
+ * datagram layer: options it must honour, or that keep a peer on the
+ * kernel). */
+static void tell_sockopt(int fd, int level, int name, const void *value, socklen_t len)
+{
+    struct vs_sock *s = vs_fd_get(fd);
+    if (!s)
+        return;
+    if (s->ops && s->ops->sockopt)
+        s->ops->sockopt(s, fd, level, name, value, len);
+    vs_sock_put(s);
+}
+
 VS_EXPORT int setsockopt(int fd, int level, int name, const void *value, socklen_t len)
 {
     VS_REAL_READY();
     VS_PASS_IF_SANDBOXED(vs_real.setsockopt(fd, level, name, value, len));
     int r = vs_real.setsockopt(fd, level, name, value, len);
+    if (r == 0) {
+        int saved = errno;
+        tell_sockopt(fd, level, name, value, len);
+        errno = saved;
+    }
     if (r == 0 && level == SOL_SOCKET) {
         int saved = errno;
         note_buffer_size(fd, name);

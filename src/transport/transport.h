@@ -10,6 +10,11 @@
 /* transport/registry.c: the transports built in, in order of preference,
  * each given once at load (interpose/init.c). */
 void vs_transports_register(const struct vs_transport_ops *ops);
+/* The datagram layer's table (UDP sockets), given once at load. */
+void vs_transports_register_dgram(const struct vs_transport_ops *ops);
+/* A UDP socket was created (socket()) or adopted (inherited through exec):
+ * the datagram layer may take it. */
+void vs_transports_offer_dgram(struct vs_sock *s, int fd);
 void vs_transports_offer_connect(struct vs_sock *s, int fd, const struct sockaddr *peer,
                                  socklen_t len);
 void vs_transports_offer_accept(struct vs_sock *s, int fd);

@@ -42,7 +42,11 @@ static void test_load_valid(void)
     setenv("VSOCKET_FD_FLOOR", "0", 1);
     setenv("VSOCKET_RDMA_SPILL_MS", "5000", 1);
     struct vs_config c;
+    vs_config_defaults(&c);
+    CHECK(c.udp); /* on by default */
+    setenv("VSOCKET_UDP", "off", 1);
     vs_config_load(&c);
+    CHECK(!c.udp);
     CHECK_EQ(c.fd_floor, 0);
     CHECK_EQ(c.rdma_spill_ms, 5000);
     CHECK(c.transports_set);
@@ -63,6 +67,7 @@ static void test_load_invalid(void)
     setenv("VSOCKET_FOLLOW_EXEC", "", 1);
     setenv("VSOCKET_FD_FLOOR", "-1", 1);
     setenv("VSOCKET_RDMA_SPILL_MS", "0", 1);
+    setenv("VSOCKET_UDP", "sometimes", 1);
     struct vs_config c, d;
     vs_config_load(&c);
     vs_config_defaults(&d);
@@ -74,6 +79,7 @@ static void test_load_invalid(void)
     CHECK_EQ(c.stats_max, d.stats_max);
     CHECK_EQ(c.follow_exec, d.follow_exec);
     CHECK_EQ(c.rdma_spill_ms, VS_RDMA_SPILL_MS_DEFAULT);
+    CHECK(c.udp);
 
     const char *out_of_range[] = {"0", "15", "1048577", "-5", "99999999999999999999", ""};
     for (size_t i = 0; i < sizeof(out_of_range) / sizeof(*out_of_range); i++) {
