@@ -35,6 +35,7 @@ const char *const vs_config_variables[] = {
     "VSOCKET_RDMA_PEER_CACHE_S",
     "VSOCKET_RDMA_ZCOPY",
     "VSOCKET_RDMA_FORK_LEAVE",
+    "VSOCKET_RDMA_SPILL_MS",
     "VSOCKET_UDP",
     NULL,
 };
