@@ -30,7 +30,8 @@
 #define MAX_STEPS 1024
 #define PEER_CREDIT_ADDR 0x7f0000001000ull
 #define PEER_CREDIT_RKEY 0x77u
-#define SENT_OFFERS 64
+/* The peer's offers' keys: OFFER_RKEY + the offer's index. */
+#define OFFER_RKEY 0x9000u
 
 #define STREAM_STEP 0x9e3779b97f4a7c15ull
 
@@ -80,12 +81,19 @@ struct model {
     bool broken;        /* a completion failed: the queue pair is dead */
     bool shut, cut;
     uint64_t shut_at;
-    struct sent_offer offers[SENT_OFFERS];
-    unsigned n_offers;
-    uint32_t next_rkey;
+    unsigned n_offers; /* offers sent: offers[0 .. n_offers) */
 };
 
 static struct model m;
+
+/* Every offer the peer sent, found by its key. A step sends at most one,
+ * so MAX_STEPS hold all of an input's: any of them may still be in our
+ * table and pulled (an old offer outlives any number of lies after it).
+ * Keeping only the first 64 made the 65th offer's READ look like one
+ * outside every offer (fuzzing.md, F7). Outside the model, so that its
+ * reset does not clear 32 KiB per input: only offers below n_offers are
+ * read, and each was written by this input. */
+static struct sent_offer offers[MAX_STEPS];
 
 static bool before(uint64_t a, uint64_t b)
 {
@@ -96,10 +104,8 @@ static bool before(uint64_t a, uint64_t b)
 
 static const struct sent_offer *offer_of(uint32_t rkey)
 {
-    for (unsigned i = 0; i < m.n_offers && i < SENT_OFFERS; i++)
-        if (m.offers[i].rkey == rkey)
-            return &m.offers[i];
-    return NULL;
+    uint32_t i = rkey - OFFER_RKEY; /* wraps for a key below: none */
+    return i < m.n_offers ? &offers[i] : NULL;
 }
 
 static void check_read(const struct fake_wr *w)
@@ -224,8 +230,8 @@ static void read_msg(struct vs_rdma_msg *msg, uint8_t mode, struct fz_in *in)
     case VS_RDMA_MSG_OFFER:
         msg->a = fz_stated(m.written, mode, in);
         msg->b = fz_stated(1 + fz_le(in, 3), mode >> 2, in);
-        msg->credit_addr = 0x100000000ull * (1 + m.next_rkey);
-        msg->rkey = 0x9000 + m.next_rkey;
+        msg->credit_addr = 0x100000000ull * (1 + m.n_offers);
+        msg->rkey = OFFER_RKEY + m.n_offers;
         break;
     case VS_RDMA_MSG_SHUT:
         msg->a = fz_stated(m.written, mode, in);
@@ -252,10 +258,8 @@ static bool sent_msg(const struct vs_rdma_msg *msg)
 {
     switch (msg->type) {
     case VS_RDMA_MSG_OFFER: {
-        m.next_rkey++;
-        if (m.n_offers < SENT_OFFERS)
-            m.offers[m.n_offers++] =
-                (struct sent_offer){msg->a, msg->b, msg->credit_addr, msg->rkey};
+        FZ_CHECK(m.n_offers < MAX_STEPS, "more offers than steps");
+        offers[m.n_offers++] = (struct sent_offer){msg->a, msg->b, msg->credit_addr, msg->rkey};
         bool honest = msg->a == m.written && msg->b > 0 && msg->b <= (1ull << 40) && !m.shut &&
                       !m.cut && !before(m.credit, m.offer_end);
         if (honest) {

@@ -426,6 +426,18 @@ RDMA_MSG_REGRESSIONS = {
     "finding_F6_nested_poll": rdma_setup(depth=32) + reader(0, poll=False, wake=False) * 32
     + peer_send(M_CREDIT_REQ, 2, u64(999)) + peer_write(1) * 16 + offer(100) + POLL + reader(1)
     + ADAPTER_DONE * 32 + POLL + reader(200),
+    # F7 (the harness): 70 honest offers, each pulled, read and credited
+    # before the next; the harness kept only the first 64 it was sent, so
+    # the 65th's READ was "outside every offer".
+    "finding_F7_offers_past_64": rdma_setup()
+    + (offer(100) + reader(100) + ADAPTER_DONE * 2 + reader(100) + ADAPTER_DONE) * 70,
+    # F8: 16 credit writes fill our send queue; an offer of 5000 bytes is
+    # taken; then CUT, an offer after it, and room: the first READ's post
+    # polls for room, acts on the CUT and the new offer (in the old one's
+    # slot), and the reader was told 5000 bytes of a 4 KiB ring.
+    "finding_F8_offer_after_cut_in_pull": rdma_setup(ring_log=0, depth=16)
+    + reader(0, poll=False, wake=False) * 16 + offer(5000) + POLL + peer_send(M_CUT) + offer(100)
+    + ADAPTER_DONE * 15 + reader(5000, poll=False),
 }
 
 RDMA_SETUP_REGRESSIONS = {

@@ -148,7 +148,10 @@ void vs_rdma_pull_done(struct vs_rdma_conn *c)
  * ring holds, nor across the ring's end. (qp_lock) */
 static void pull(struct vs_rdma_conn *c, struct vs_rdma_offer *o, uint64_t tail)
 {
-    while (c->reads_in_flight < VS_RDMA_READS) {
+    /* A post finding the send queue full polls the CQ for room (verbs.c,
+     * sq_room), and a CUT acted on there voids the offers: O's slot may
+     * then hold an offer sent after the CUT (fuzzing.md, F8). */
+    while (c->reads_in_flight < VS_RDMA_READS && !atomic_load(&c->rx_cut)) {
         uint64_t done = o->pulled + o->pulling;
         uint64_t at = o->pos + done;
         uint64_t ahead = at - tail;
@@ -165,29 +168,43 @@ static void pull(struct vs_rdma_conn *c, struct vs_rdma_offer *o, uint64_t tail)
         if (vs_rdma_post_read(c, (char *)c->rx.mem + off, c->rx.mr->lkey, o->addr + done, o->rkey,
                               run) != 0)
             return;
+        /* In flight whatever happened meanwhile: its completion comes. */
         c->read_len[(c->read_first + c->reads_in_flight) % VS_RDMA_READS] = run;
         c->reads_in_flight++;
-        o->pulling += run;
+        /* Posted after a CUT: the READ is void, as those in flight at the
+         * CUT, and counts for no offer. */
+        if (!atomic_load(&c->rx_cut))
+            o->pulling += run;
     }
+}
+
+/* What the reader may take from TAIL: up to the first offer, then what of
+ * it landed. (qp_lock) */
+static uint64_t avail_at(struct vs_rdma_conn *c, uint64_t tail)
+{
+    struct vs_rdma_offer *o = first(c);
+    if (atomic_load(&c->rx_cut))
+        return 0; /* the peer resends the rest on TCP */
+    if (!o)
+        return atomic_load(&c->rx_head) - tail;
+    if (before(tail, o->pos))
+        return o->pos - tail;
+    return o->pos + o->pulled - tail;
 }
 
 uint64_t vs_rdma_rx_avail(struct vs_rdma_conn *c)
 {
     pthread_mutex_lock(&c->qp_lock);
     uint64_t tail = __atomic_load_n(&c->rx_tail, __ATOMIC_ACQUIRE);
-    uint64_t head = atomic_load(&c->rx_head), avail;
     struct vs_rdma_offer *o = first(c);
-    if (atomic_load(&c->rx_cut)) {
-        avail = 0; /* the peer resends the rest on TCP */
-    } else if (!o) {
-        avail = head - tail;
-    } else if (before(tail, o->pos)) {
-        avail = o->pos - tail;
-    } else {
-        if (c->qp && !atomic_load(&c->broken))
-            pull(c, o, tail);
-        avail = o->pos + o->pulled - tail;
-    }
+    if (o && !atomic_load(&c->rx_cut) && !before(tail, o->pos) && c->qp && !atomic_load(&c->broken))
+        pull(c, o, tail);
+    /* Only now: pull's posts may have polled the CQ and acted on what it
+     * held (a CUT, offers, writes). With O and the cut as they were
+     * before, a CUT and an offer after it in O's slot made this the new
+     * offer's position less the tail: megabytes "readable" from a ring of
+     * 4 KiB, its bytes delivered over and over (F8). */
+    uint64_t avail = avail_at(c, tail);
     pthread_mutex_unlock(&c->qp_lock);
     return avail;
 }
@@ -226,7 +243,9 @@ static int post_direct(struct vs_rdma_conn *c, struct vs_rdma_offer *o, char *bu
                        uint64_t run)
 {
     uint64_t part = (run + VS_RDMA_READS - 1) / VS_RDMA_READS, at = 0;
-    while (at < run) {
+    /* After a CUT, O may be another offer's slot: one acted on before
+     * this call (the lock was let go), or by a post's poll for room. */
+    while (at < run && !atomic_load(&c->rx_cut)) {
         uint64_t n = run - at < part ? run - at : part;
         int rc = vs_rdma_post_read(c, buf + at, lkey, o->addr + o->pulled + at, o->rkey, n);
         if (rc != 0)
