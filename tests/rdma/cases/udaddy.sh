@@ -5,8 +5,8 @@
 # to find its peers with (docs/design/udp.md §3, step 0 of §13). No vsocket
 # here: this shows the fabric does what the design assumes.
 #   1. Nothing listens: the client's lookup is answered, not timed out:
-#      RDMA_CM_EVENT_UNREACHABLE (a SIDR REP with status 1, "no such
-#      service"), exit not 0.
+#      RDMA_CM_EVENT_UNREACHABLE (a SIDR REP with status 1,
+#      IB_SIDR_UNSUPPORTED: no listener), exit not 0.
 #   2. One pair of ids, 10 datagrams of 100 B each way.
 #   3. Four pairs of ids, 50 datagrams each way of the port's active MTU
 #      (read from ibv_devinfo): the largest UD message.
