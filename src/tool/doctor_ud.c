@@ -43,7 +43,8 @@
 #define UD_HEADER_BYTES 32
 #define UD_QKEY 0x11111111u
 /* Bounds for hangs only: on the Soft-RoCE guest (~100x slower than a host)
- * the whole child takes about a second. */
+ * the whole child takes about a second. VSOCKET_DOCTOR_UD_LIMIT_S (whole
+ * seconds, for the tests of a hang) replaces CHILD_LIMIT_S. */
 #define CHILD_LIMIT_S 60
 #define RECV_WAIT_S 10
 
@@ -642,12 +643,12 @@ static void ud_checks(const struct vs_doctor_ud_port *at)
 }
 
 /* Waits for the child to close its end of DONE (it never writes: EOF is
- * its exit), CHILD_LIMIT_S at most, and kills it if it still runs then.
+ * its exit), LIMIT_S at most, and kills it if it still runs then.
  * Its wait status, or -1 when it had to be killed. */
-static int reap(pid_t pid, int done)
+static int reap(pid_t pid, int done, int limit_s)
 {
     struct pollfd p = {.fd = done, .events = POLLIN};
-    double deadline = now_s() + CHILD_LIMIT_S;
+    double deadline = now_s() + limit_s;
     char c;
     int status, hung = 1;
     for (int left; hung && (left = (int)((deadline - now_s()) * 1000)) > 0;) {
@@ -662,6 +663,14 @@ static int reap(pid_t pid, int done)
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
         ;
     return hung ? -1 : status;
+}
+
+static int child_limit(void)
+{
+    const char *s = getenv("VSOCKET_DOCTOR_UD_LIMIT_S");
+    char *end;
+    long n = s ? strtol(s, &end, 10) : 0;
+    return s && *s && !*end && n >= 1 && n <= 3600 ? (int)n : CHILD_LIMIT_S;
 }
 
 void vs_doctor_ud(const struct vs_doctor_ud_port *port)
@@ -687,14 +696,15 @@ void vs_doctor_ud(const struct vs_doctor_ud_port *port)
         return;
     }
     close(done[1]);
-    int status = reap(pid, done[0]);
+    int limit = child_limit();
+    int status = reap(pid, done[0], limit);
     close(done[0]);
     if (status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0)
         return; /* it printed its verdict */
     if (status == -1)
         vs_doctor_say(&v, PROBLEM, "UD checks hung",
                       "killed after %d s, inside libibverbs, librdmacm or the device's driver",
-                      CHILD_LIMIT_S);
+                      limit);
     else if (WIFSIGNALED(status))
         vs_doctor_say(&v, PROBLEM, "UD checks crashed",
                       "signal %d (%s), inside libibverbs, librdmacm or the device's provider",
