@@ -684,18 +684,25 @@ void vs_doctor_ud(const struct vs_doctor_ud_port *port)
     struct vs_doctor_verdict v = {0};
     int done[2];
     pid_t pid = -1;
-    if (pipe(done) == 0 && (pid = fork()) == 0) {
-        close(done[0]);
-        ud_checks(port);
-        fflush(stdout);
-        _exit(0);
+    if (pipe(done) == 0) {
+        pid = fork();
+        if (pid == 0) {
+            close(done[0]);
+            ud_checks(port);
+            fflush(stdout);
+            _exit(0);
+        }
+        int err = errno;
+        close(done[1]);
+        if (pid < 0)
+            close(done[0]);
+        errno = err;
     }
     if (pid < 0) {
         vs_doctor_say(&v, PROBLEM, "UD checks not run", "pipe or fork: %s", strerror(errno));
         printf("ud: not usable: %s\n", v.reason);
         return;
     }
-    close(done[1]);
     int limit = child_limit();
     int status = reap(pid, done[0], limit);
     close(done[0]);
