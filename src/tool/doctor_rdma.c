@@ -40,14 +40,6 @@
 #define MAX_PORTS 64
 #define NAME_LEN 64
 
-enum level { OK, WARN, PROBLEM };
-
-struct verdict {
-    int problems;
-    int warnings;
-    char reason[160]; /* the first problem, for the result line */
-};
-
 struct port {
     char dev[NAME_LEN];
     unsigned num;
@@ -115,7 +107,8 @@ static void free_list(struct dirent **names, int n)
     free(names);
 }
 
-static void say(struct verdict *v, enum level lv, const char *reason, const char *fmt, ...)
+void vs_doctor_say(struct vs_doctor_verdict *v, enum vs_doctor_level lv, const char *reason,
+                   const char *fmt, ...)
 {
     static const char *const label[] = {"OK", "WARN", "PROBLEM"};
     printf("  %-8s ", label[lv]);
@@ -126,6 +119,7 @@ static void say(struct verdict *v, enum level lv, const char *reason, const char
     vprintf(fmt, ap);
     va_end(ap);
     putchar('\n');
+    fflush(stdout);
     if (lv == WARN)
         v->warnings++;
     if (lv == PROBLEM && v->problems++ == 0 && reason)
@@ -289,61 +283,66 @@ static const char *netdev_or(const struct port *p, const char *dflt)
     return p->netdev[0] ? p->netdev : dflt;
 }
 
-static void say_port_down(struct verdict *v, enum level lv, const struct port *p)
+static void say_port_down(struct vs_doctor_verdict *v, enum vs_doctor_level lv,
+                          const struct port *p)
 {
     char reason[160];
     snprintf(reason, sizeof(reason), "%s port %u is %s", p->dev, p->num,
              p->state[0] ? p->state : "in an unknown state");
     if (strcmp(p->link_layer, "InfiniBand") != 0)
-        say(v, lv, reason,
+        vs_doctor_say(
+            v, lv, reason,
             "it needs its interface %s up with a link: `ip link set %s up`, and check the "
             "cable or, for Soft-RoCE, the interface it was added on",
             netdev_or(p, "(unknown)"), netdev_or(p, "IFACE"));
     else if (strcmp(p->state, "DOWN") == 0)
-        say(v, lv, reason, "no InfiniBand link: check the cable and the switch port");
+        vs_doctor_say(v, lv, reason, "no InfiniBand link: check the cable and the switch port");
     else
-        say(v, lv, reason,
-            "no subnet manager has brought the port up: run one on the fabric (opensm)");
+        vs_doctor_say(v, lv, reason,
+                      "no subnet manager has brought the port up: run one on the fabric (opensm)");
 }
 
-static void say_port(struct verdict *v, const struct port *p, bool others_usable)
+static void say_port(struct vs_doctor_verdict *v, const struct port *p, bool others_usable)
 {
-    enum level bad = others_usable ? WARN : PROBLEM;
+    enum vs_doctor_level bad = others_usable ? WARN : PROBLEM;
     char reason[160];
     if (strcmp(p->state, "ACTIVE") != 0) {
         say_port_down(v, bad, p);
     } else if (!roce(p)) {
-        say(v, OK, NULL,
+        vs_doctor_say(
+            v, OK, NULL,
             "%s port %u: ACTIVE, %s %s, interface %s (its IP address is not in the GID table: "
             "not checked)",
             p->dev, p->num, p->link_layer, p->node_type, netdev_or(p, "unknown"));
     } else if (p->gid_index < 0) {
         snprintf(reason, sizeof(reason), "%s port %u has no IPv4 RoCE v2 GID", p->dev, p->num);
-        say(v, bad, reason,
+        vs_doctor_say(
+            v, bad, reason,
             "vsocket's rdma_cm rendezvous needs an IPv4 address on its interface %s: `ip addr "
             "add ADDR/PREFIX dev %s`",
             netdev_or(p, "(unknown)"), netdev_or(p, "IFACE"));
     } else {
-        say(v, OK, NULL, "%s port %u: ACTIVE, RoCE on %s, GID index %d %s (RoCE v2)", p->dev,
-            p->num, netdev_or(p, "(unknown interface)"), p->gid_index, p->gid_ip);
+        vs_doctor_say(v, OK, NULL, "%s port %u: ACTIVE, RoCE on %s, GID index %d %s (RoCE v2)",
+                      p->dev, p->num, netdev_or(p, "(unknown interface)"), p->gid_index, p->gid_ip);
     }
 }
 
-static const struct port *report_ports(struct verdict *v, const struct port *ports, int n)
+static const struct port *report_ports(struct vs_doctor_verdict *v, const struct port *ports, int n)
 {
     const struct port *use = NULL;
     for (int i = 0; i < n && !use; i++)
         if (port_usable(&ports[i]))
             use = &ports[i];
     if (n <= 0)
-        say(v, PROBLEM, "no RDMA device",
+        vs_doctor_say(
+            v, PROBLEM, "no RDMA device",
             "%s: load the NIC's RDMA driver, or for testing Soft-RoCE: `modprobe rdma_rxe; "
             "rdma link add rxe0 type rxe netdev ETH`",
             n < 0 ? "no /sys/class/infiniband (RDMA core not loaded)"
                   : "/sys/class/infiniband is empty");
     for (int i = 0; i < n; i++) {
         if (i == 0 || strcmp(ports[i].dev, ports[i - 1].dev) != 0)
-            say(v, OK, NULL, "device %s: node type %s", ports[i].dev, ports[i].node_type);
+            vs_doctor_say(v, OK, NULL, "device %s: node type %s", ports[i].dev, ports[i].node_type);
         say_port(v, &ports[i], use != NULL);
     }
     return use;
@@ -368,43 +367,44 @@ static void describe_mode(const char *path, char *out, size_t len)
 
 /* Whether this user may open PATH read-write, as libibverbs and librdmacm
  * do. Reports a PROBLEM with LV when not; MISSING says what to load. */
-static void check_node(struct verdict *v, enum level lv, const char *node, const char *what,
-                       const char *missing)
+static void check_node(struct vs_doctor_verdict *v, enum vs_doctor_level lv, const char *node,
+                       const char *what, const char *missing)
 {
     char path[PATH_MAX], mode[128], reason[160];
     sys_path(path, sizeof(path), "/dev/infiniband/%s", node);
     if (access(path, F_OK) < 0) {
         snprintf(reason, sizeof(reason), "no /dev/infiniband/%s", node);
-        say(v, lv, reason, "needed for %s: %s", what, missing);
+        vs_doctor_say(v, lv, reason, "needed for %s: %s", what, missing);
     } else if (faccessat(AT_FDCWD, path, R_OK | W_OK, AT_EACCESS) < 0) {
         describe_mode(path, mode, sizeof(mode));
         snprintf(reason, sizeof(reason), "no read-write access to /dev/infiniband/%s", node);
-        say(v, lv, reason,
+        vs_doctor_say(
+            v, lv, reason,
             "needed for %s; it has %s: add this user to that group, or install rdma-core's "
             "udev rules (they make it 0666)",
             what, mode);
     } else {
-        say(v, OK, NULL, "/dev/infiniband/%s: read-write, for %s", node, what);
+        vs_doctor_say(v, OK, NULL, "/dev/infiniband/%s: read-write, for %s", node, what);
     }
 }
 
 /* The verbs device node of each device with a port (the chosen one's is a
  * PROBLEM when missing; another device's only a WARN), and rdma_cm's. */
-static void report_access(struct verdict *v, const struct port *ports, int n,
+static void report_access(struct vs_doctor_verdict *v, const struct port *ports, int n,
                           const struct port *use)
 {
     char node[32], what[128];
     for (int i = 0; i < n; i++) {
         if (i > 0 && strcmp(ports[i].dev, ports[i - 1].dev) == 0)
             continue;
-        enum level lv = !use || strcmp(use->dev, ports[i].dev) == 0 ? PROBLEM : WARN;
+        enum vs_doctor_level lv = !use || strcmp(use->dev, ports[i].dev) == 0 ? PROBLEM : WARN;
         snprintf(what, sizeof(what), "%.*s's verbs", NAME_LEN - 1, ports[i].dev);
         if (ports[i].uverbs < 0) {
             char reason[160];
             snprintf(reason, sizeof(reason), "no verbs device node for %.*s", NAME_LEN - 1,
                      ports[i].dev);
-            say(v, lv, reason,
-                "/sys/class/infiniband_verbs does not list it: `modprobe ib_uverbs`");
+            vs_doctor_say(v, lv, reason,
+                          "/sys/class/infiniband_verbs does not list it: `modprobe ib_uverbs`");
             continue;
         }
         snprintf(node, sizeof(node), "uverbs%d", ports[i].uverbs);
@@ -417,7 +417,7 @@ static void report_access(struct verdict *v, const struct port *ports, int n,
  * in [VS_RDMA_RING_MIN, VS_RDMA_RING_MAX], rounded up to a power of two;
  * anything else (256K too) makes it use the default, and the estimate with
  * it: a WARN says so. */
-static unsigned long long ring_size(struct verdict *v)
+static unsigned long long ring_size(struct vs_doctor_verdict *v)
 {
     const char *s = getenv("VSOCKET_RDMA_RING");
     if (!s)
@@ -426,7 +426,8 @@ static unsigned long long ring_size(struct verdict *v)
     errno = 0;
     unsigned long long n = isdigit((unsigned char)s[0]) ? strtoull(s, &end, 10) : 0;
     if (n < VS_RDMA_RING_MIN || n > VS_RDMA_RING_MAX || errno || *end) {
-        say(v, WARN, "VSOCKET_RDMA_RING is invalid",
+        vs_doctor_say(
+            v, WARN, "VSOCKET_RDMA_RING is invalid",
             "'%s': libvsocket takes a whole number of bytes from %lu to %lu (262144, not 256K) "
             "and uses %lu KiB instead; so does this estimate",
             s, VS_RDMA_RING_MIN, VS_RDMA_RING_MAX, VS_RDMA_RING_DEFAULT >> 10);
@@ -440,7 +441,7 @@ static unsigned long long ring_size(struct verdict *v)
 
 /* Root normally has CAP_IPC_LOCK, which lifts RLIMIT_MEMLOCK for memory
  * registration (the kernel checks the limit only without it). */
-static bool has_ipc_lock(void)
+bool vs_doctor_has_ipc_lock(void)
 {
     char buf[4096];
     unsigned long long eff;
@@ -450,7 +451,7 @@ static bool has_ipc_lock(void)
     return line && sscanf(line, "\nCapEff: %llx", &eff) == 1 && (eff >> CAP_IPC_LOCK_BIT & 1);
 }
 
-static void report_memlock(struct verdict *v)
+static void report_memlock(struct vs_doctor_verdict *v)
 {
     static const char *fix = "raise it where the programs start: `ulimit -l unlimited` (as "
                              "root), memlock in /etc/security/limits.conf, or "
@@ -458,11 +459,11 @@ static void report_memlock(struct verdict *v)
     unsigned long long ring = ring_size(v), per_conn = 2 * ring + CONN_EXTRA;
     struct rlimit rl;
     if (getrlimit(RLIMIT_MEMLOCK, &rl) < 0) {
-        say(v, WARN, "locked memory", "cannot read RLIMIT_MEMLOCK: %s", strerror(errno));
+        vs_doctor_say(v, WARN, "locked memory", "cannot read RLIMIT_MEMLOCK: %s", strerror(errno));
         return;
     }
     if (rl.rlim_cur == RLIM_INFINITY) {
-        say(v, OK, NULL, "locked memory (RLIMIT_MEMLOCK): unlimited");
+        vs_doctor_say(v, OK, NULL, "locked memory (RLIMIT_MEMLOCK): unlimited");
         return;
     }
     unsigned long long conns = rl.rlim_cur / per_conn;
@@ -473,25 +474,25 @@ static void report_memlock(struct verdict *v)
              (unsigned long long)rl.rlim_cur >> 10, conns, conns == 1 ? "" : "s", per_conn >> 10,
              ring >> 10, CONN_EXTRA >> 10);
     if (conns >= CONNS_WANTED) {
-        say(v, OK, NULL, "locked memory: %s", what);
+        vs_doctor_say(v, OK, NULL, "locked memory: %s", what);
         return;
     }
     snprintf(reason, sizeof(reason), "locked memory limit too small for %s",
              conns ? "many connections" : "one connection");
-    if (has_ipc_lock())
-        say(v, WARN, reason,
-            "%s; this process has CAP_IPC_LOCK, which lifts the limit, but programs run "
-            "without it are held to it: %s",
-            what, fix);
+    if (vs_doctor_has_ipc_lock())
+        vs_doctor_say(v, WARN, reason,
+                      "%s; this process has CAP_IPC_LOCK, which lifts the limit, but programs run "
+                      "without it are held to it: %s",
+                      what, fix);
     else
-        say(v, conns ? WARN : PROBLEM, reason, "%s: %s", what, fix);
+        vs_doctor_say(v, conns ? WARN : PROBLEM, reason, "%s: %s", what, fix);
 }
 
 /* A connection on RDMA holds one descriptor besides the program's socket
  * (a hold on the socket for close), against the same RLIMIT_NOFILE as the
  * program's own; its completion channel is its thread's (a few per
  * process). */
-static void report_nofile(struct verdict *v)
+static void report_nofile(struct vs_doctor_verdict *v)
 {
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
@@ -503,12 +504,12 @@ static void report_nofile(struct verdict *v)
              "descriptors: the socket and a hold on it; completion channels are per thread)",
              (unsigned long long)rl.rlim_cur, conns);
     if (conns >= CONNS_WANTED)
-        say(v, OK, NULL, "open files: %s", what);
+        vs_doctor_say(v, OK, NULL, "open files: %s", what);
     else
-        say(v, WARN, "open files limit too small for many connections",
-            "%s: raise it where the programs start: `ulimit -n`, nofile in "
-            "/etc/security/limits.conf, or LimitNOFILE= (systemd)",
-            what);
+        vs_doctor_say(v, WARN, "open files limit too small for many connections",
+                      "%s: raise it where the programs start: `ulimit -n`, nofile in "
+                      "/etc/security/limits.conf, or LimitNOFILE= (systemd)",
+                      what);
 }
 
 /* Verbs providers (one per driver: librxe, libmlx5, ...) live in a
@@ -530,37 +531,38 @@ static int count_providers(void *verbs, char *dir, size_t len)
     return count;
 }
 
-static void report_libraries(struct verdict *v)
+static void report_libraries(struct vs_doctor_verdict *v)
 {
     void *verbs = dlopen("libibverbs.so.1", RTLD_LAZY | RTLD_LOCAL);
     if (!verbs)
-        say(v, PROBLEM, "libibverbs.so.1 does not load",
-            "%s: install rdma-core's libibverbs (Debian, Ubuntu: libibverbs1)", dlerror());
+        vs_doctor_say(v, PROBLEM, "libibverbs.so.1 does not load",
+                      "%s: install rdma-core's libibverbs (Debian, Ubuntu: libibverbs1)",
+                      dlerror());
     else
-        say(v, OK, NULL, "libibverbs.so.1 loads");
+        vs_doctor_say(v, OK, NULL, "libibverbs.so.1 loads");
     void *cm = dlopen("librdmacm.so.1", RTLD_LAZY | RTLD_LOCAL);
     if (!cm)
-        say(v, PROBLEM, "librdmacm.so.1 does not load",
-            "%s: install rdma-core's librdmacm (Debian, Ubuntu: librdmacm1)", dlerror());
+        vs_doctor_say(v, PROBLEM, "librdmacm.so.1 does not load",
+                      "%s: install rdma-core's librdmacm (Debian, Ubuntu: librdmacm1)", dlerror());
     else
-        say(v, OK, NULL, "librdmacm.so.1 loads");
+        vs_doctor_say(v, OK, NULL, "librdmacm.so.1 loads");
     if (verbs) {
         char dir[PATH_MAX + 16];
         int n = count_providers(verbs, dir, sizeof(dir));
         if (n > 0)
-            say(v, OK, NULL, "%d verbs providers in %s", n, dir);
+            vs_doctor_say(v, OK, NULL, "%d verbs providers in %s", n, dir);
         else if (n == 0)
-            say(v, PROBLEM, "no verbs provider",
-                "%s holds none, so libibverbs sees no device: install ibverbs-providers "
-                "(Debian, Ubuntu) or rdma-core",
-                dir);
+            vs_doctor_say(v, PROBLEM, "no verbs provider",
+                          "%s holds none, so libibverbs sees no device: install ibverbs-providers "
+                          "(Debian, Ubuntu) or rdma-core",
+                          dir);
         dlclose(verbs);
     }
     if (cm)
         dlclose(cm);
 }
 
-static void report_result(const struct verdict *v, const struct port *use)
+static void report_result(const struct vs_doctor_verdict *v, const struct port *use)
 {
     if (v->problems == 0 && use) {
         printf("rdma: usable (device %s port %u %s, ", use->dev, use->num, use->state);
@@ -581,7 +583,7 @@ static void report_result(const struct verdict *v, const struct port *use)
 
 int vs_doctor_rdma(void)
 {
-    struct verdict v = {0};
+    struct vs_doctor_verdict v = {0};
     struct port ports[MAX_PORTS];
     printf("RDMA (the rdma transport, for this user):\n");
     int n = scan_ports(ports, MAX_PORTS);
@@ -591,5 +593,9 @@ int vs_doctor_rdma(void)
     report_nofile(&v);
     report_libraries(&v);
     report_result(&v, use);
+    struct vs_doctor_ud_port ud = {0};
+    if (v.problems == 0 && use)
+        ud = (struct vs_doctor_ud_port){use->dev, use->num, use->gid_index, use->gid_ip};
+    vs_doctor_ud(ud.dev ? &ud : NULL);
     return v.problems;
 }

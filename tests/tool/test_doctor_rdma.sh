@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2016  # single-quoted $0 and backquotes are meant literally (bash -c, regexes)
-# test_doctor_rdma.sh VSOCKET - `vsocket doctor --rdma` on this host (no RDMA
+# test_doctor_rdma.sh VSOCKET FAKE_IBVERBS FAKE_RDMACM - `vsocket doctor --rdma` on this host (no RDMA
 # device: it must say so, not crash) and on fake sysfs trees
 # (VSOCKET_DOCTOR_SYSROOT) shaped like the Soft-RoCE guest's rxe0: usable,
-# port down, no IPv4 GID, no rdma_cm, locked memory too small.
+# port down, no IPv4 GID, no rdma_cm, locked memory too small. The UD part
+# runs against the real libibverbs, which lists no fake device: it must say
+# so (a PROBLEM and "ud: not usable") without touching the exit code; with
+# stand-ins for both libraries (tests/tool/fake_verbs.c) whose first call
+# aborts or hangs, the tool says so, the hung child is killed at its
+# deadline, and nothing is left running.
 # tests/rdma/cases/doctor.sh checks the real rxe0.
 set -u
 vs=$1
+fake_ibverbs=${2:-}
+fake_rdmacm=${3:-}
 passed=0 failed=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -60,7 +67,8 @@ if ! grep -q '^rdma: \(usable\|not usable\)' <<<"$out" || { [ $rc -ne 0 ] && [ $
   failed=$((failed + 1)); printf 'FAIL host: exit %s\n%s\n' "$rc" "$out"
 elif [ -z "$(ls /sys/class/infiniband 2>/dev/null)" ] && { [ $rc -ne 4 ] ||
   ! grep -q '^  PROBLEM  no RDMA device: .*modprobe rdma_rxe; rdma link add rxe0 type rxe netdev ETH' <<<"$out" ||
-  ! grep -q '^rdma: not usable: no RDMA device' <<<"$out"; }; then
+  ! grep -q '^rdma: not usable: no RDMA device' <<<"$out" ||
+  ! grep -q '^ud: not checked: RDMA is not usable (the problems above)$' <<<"$out"; }; then
   failed=$((failed + 1)); printf 'FAIL host-no-device: exit %s\n%s\n' "$rc" "$out"
 else
   passed=$((passed + 1))
@@ -85,6 +93,46 @@ expect usable 0 '^  OK       device rxe0: node type CA$
 ^  OK       /dev/infiniband/rdma_cm: read-write
 ^rdma: usable \(device rxe0 port 1 ACTIVE, GID index 1 10\.77\.0\.1\)' -- \
   env VSOCKET_DOCTOR_SYSROOT="$tmp/ok" "$vs" doctor --rdma
+
+# The UD checks on a device libibverbs does not know (the tree's is fake and
+# named so that no real one matches): a PROBLEM of their own, their own
+# verdict, and the exit code still the RDMA section's.
+fake_rxe "$tmp/ud"
+mv "$tmp/ud/sys/class/infiniband/rxe0" "$tmp/ud/sys/class/infiniband/vsfake0"
+echo vsfake0 >"$tmp/ud/sys/class/infiniband_verbs/uverbs0/ibdev"
+expect ud-no-such-device 0 '^rdma: usable \(device vsfake0 port 1 ACTIVE, GID index 1 10\.77\.0\.1\)$
+^UD \(datagrams for UDP over RDMA, one endpoint per process\):$
+^  PROBLEM  libibverbs (lists no device: ibv_get_device_list: .+|cannot open the device: vsfake0 is not among the [0-9]+ devices? it lists, .*ibverbs-providers.*)$
+^ud: not usable: libibverbs (lists no device|cannot open the device)$' -- \
+  env VSOCKET_DOCTOR_SYSROOT="$tmp/ud" "$vs" doctor --rdma
+# The libraries misbehave: their first call aborts, or never returns (the
+# child is killed after VSOCKET_DOCTOR_UD_LIMIT_S, 1 s here, and must then
+# be gone). A provider file beside them, as the RDMA section wants.
+if [ -n "$fake_ibverbs" ] && [ -n "$fake_rdmacm" ]; then
+  mkdir -p "$tmp/fakelib/libibverbs"
+  cp "$fake_ibverbs" "$tmp/fakelib/libibverbs.so.1"
+  cp "$fake_rdmacm" "$tmp/fakelib/librdmacm.so.1"
+  touch "$tmp/fakelib/libibverbs/libfake-rdmav34.so"
+  expect ud-crash 0 "^rdma: usable \\(device vsfake0
+^  PROBLEM  UD checks crashed: signal 6 \\(Aborted\\), inside libibverbs, librdmacm or the device's provider$
+^ud: not usable: UD checks crashed$" -- \
+    env LD_LIBRARY_PATH="$tmp/fakelib" FAKE_VERBS=abort VSOCKET_DOCTOR_SYSROOT="$tmp/ud" "$vs" doctor --rdma
+  expect ud-hang 0 '^rdma: usable \(device vsfake0
+^  PROBLEM  UD checks hung: killed after 1 s, inside libibverbs, librdmacm or the device.s driver$
+^ud: not usable: UD checks hung$' -- \
+    env LD_LIBRARY_PATH="$tmp/fakelib" FAKE_VERBS=hang FAKE_VERBS_PIDFILE="$tmp/hung.pid" \
+    VSOCKET_DOCTOR_UD_LIMIT_S=1 VSOCKET_DOCTOR_SYSROOT="$tmp/ud" "$vs" doctor --rdma
+  if [ ! -s "$tmp/hung.pid" ]; then
+    failed=$((failed + 1)); echo "FAIL ud-hang-pid: the stand-in never ran (no $tmp/hung.pid)"
+  elif kill -0 "$(cat "$tmp/hung.pid")" 2>/dev/null; then
+    failed=$((failed + 1)); echo "FAIL ud-hang-gone: the hung child $(cat "$tmp/hung.pid") still runs"
+  else
+    passed=$((passed + 1))
+  fi
+fi
+# Not usable RDMA: UD is not checked (no child, no verbs).
+expect ud-not-checked 4 '^ud: not checked: RDMA is not usable \(the problems above\)$' -- \
+  env VSOCKET_DOCTOR_SYSROOT="$tmp/empty" "$vs" doctor --rdma
 
 fake_rxe "$tmp/down"
 echo "1: DOWN" >"$tmp/down/sys/class/infiniband/rxe0/ports/1/state"
