@@ -84,7 +84,11 @@ expect exec-nofollow 0 '^$' -- env VSOCKET_FOLLOW_EXEC=off "$vs" run -- env -i /
 import socket, time
 s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(); time.sleep(300)' &
 pid=$!
-for _ in $(seq 300); do "$vs" stat --pid $pid >/dev/null 2>&1 && break; sleep 0.1; done
+start=$SECONDS
+# Until its socket listens: the process shows from its start (the preload's
+# load), before python made the socket (under load that gap failed the
+# check below once). The deadline bounds a hang only.
+until "$vs" stat --pid $pid 2>/dev/null | grep -q listening || [ $SECONDS -gt $((start + 180)) ]; do sleep 0.1; done
 expect stat-live 0 "\"pid\":$pid.*\"state\":\"listening\".*\"transport\":\"kernel\",\"reason\":\"disabled-by-config\"" -- "$vs" stat --json --pid $pid
 expect stat-table 0 "^$pid +[0-9]+ +tcp +listening +127\.0\.0\.1:[0-9]+ .* kernel .* disabled-by-config" -- "$vs" stat
 # --watch refreshes until interrupted: read until a 4th table starts (so 3
@@ -108,7 +112,8 @@ try: s.accept()
 except BlockingIOError: pass
 time.sleep(30)""" % s.fileno()])' &
 pid=$!
-for _ in $(seq 300); do "$vs" stat --pid $pid 2>/dev/null | grep -q listening && break; sleep 0.1; done
+start=$SECONDS
+until "$vs" stat --pid $pid 2>/dev/null | grep -q listening || [ $SECONDS -gt $((start + 180)) ]; do sleep 0.1; done
 expect exec-adopt 0 "\"pid\":$pid.*\"state\":\"listening\",\"local\":\"127\.0\.0\.1:[0-9]+\"" -- "$vs" stat --json --pid $pid
 kill $pid; wait $pid 2>/dev/null
 
