@@ -58,6 +58,19 @@ def udp(family=socket.AF_INET, bind=None, hang=True):
     return s
 
 
+def udp_chosen_port():
+    """A socket bound explicitly, to a port the kernel picked for another one
+    (shared by SO_REUSEADDR, the other closed): the program chose its port."""
+    t = udp()
+    t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    t.bind(("127.0.0.1", 0))
+    s = udp()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(t.getsockname())
+    t.close()
+    return s
+
+
 def same(src, local) -> bool:
     """Whether SRC (an address heard) names the socket whose own address is
     LOCAL: its port, and its host unless it is bound to a wildcard."""
@@ -225,13 +238,7 @@ def scenario_connect():
     r2 = udp(bind=("127.0.0.1", 0))
     # S binds to a port of its own choosing (one T got, shared by
     # SO_REUSEADDR), which it keeps when its association goes.
-    t = udp()
-    t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    t.bind(("127.0.0.1", 0))
-    s = udp()
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind(t.getsockname())
-    t.close()
+    s = udp_chosen_port()
     s.connect(r1.getsockname())
     note("peer", same(s.getpeername(), r1.getsockname()))
     note("send", s.send(b"to r1"))
@@ -524,13 +531,7 @@ def hold():
     c.connect(r.getsockname())
     c.send(b"abc")
     c.send(b"de")
-    t = udp()
-    t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    t.bind(("127.0.0.1", 0))
-    d = udp()
-    d.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    d.bind(t.getsockname())
-    t.close()
+    d = udp_chosen_port()
     d.connect(r.getsockname())
     d.send(b"")
     unspec = struct.pack("=H14x", socket.AF_UNSPEC)
