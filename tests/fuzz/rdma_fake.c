@@ -558,6 +558,12 @@ bool vs_rdma_stalled(struct vs_rdma_conn *c)
     UNEXPECTED("vs_rdma_stalled");
 }
 
+bool vs_rdma_offer_stalled(struct vs_rdma_conn *c)
+{
+    (void)c;
+    UNEXPECTED("vs_rdma_offer_stalled");
+}
+
 int vs_rdma_wait(struct vs_rdma_conn *c, int fd, short tcp_events, struct vs_blocking *b)
 {
     (void)c, (void)fd, (void)tcp_events, (void)b;

@@ -142,6 +142,8 @@ struct vs_rdma_conn {
     bool polling;                   /* the CQ is being polled: not again from inside (qp_lock) */
     _Atomic long tx_stall_ns;       /* since when the sender waits for space, or 0 (tx) */
     _Atomic uint64_t tx_stall_tail; /* the peer's credit then (tx) */
+    _Atomic unsigned tx_stall_mark; /* sends posted then: the clock waits for them (tx) */
+    _Atomic long tx_placed_ns;      /* since when those are all placed, or 0 (tx) */
     _Atomic bool tx_shut_sent;
     _Atomic bool broken;    /* a completion error: the QP is unusable */
     _Atomic bool peer_gone; /* rdma_cm said the peer disconnected */
@@ -201,6 +203,11 @@ void vs_rdma_conn_close_later(struct vs_rdma_conn *c);
 void vs_rdma_reap(bool wait);
 /* Whether every send posted on C completed. */
 bool vs_rdma_sends_done(struct vs_rdma_conn *c);
+/* The send queue's position now, and the next send signalled, so that its
+ * completion says when all sends up to here are placed. (tx) */
+unsigned vs_rdma_sq_mark(struct vs_rdma_conn *c);
+/* Whether all sends up to MARK are placed (their completions polled). */
+bool vs_rdma_sq_passed(struct vs_rdma_conn *c, unsigned mark);
 /* fork: the child's copies are not its own (rdma.c). */
 void vs_rdma_conn_fork_child(void);
 /* Frees the verbs and rdma_cm resources (not the state). */
@@ -252,8 +259,12 @@ int vs_rdma_answer_cut(struct vs_rdma_conn *c, int fd, uint64_t zpos, const void
 void vs_rdma_stall(struct vs_rdma_conn *c, bool full);
 /* Whether the stall lasted long enough to leave RDMA for the kernel's
  * buffers (then a send leaves, and readiness says writable so that a
- * non-blocking writer's next send does). */
+ * non-blocking writer's next send does). The time counts from when all
+ * that was sent before the stall is placed in the peer's memory. */
 bool vs_rdma_stalled(struct vs_rdma_conn *c);
+/* The same for a sender whose offer the peer has not consumed: longer, as
+ * the peer pulls it with READs it may have to resend. */
+bool vs_rdma_offer_stalled(struct vs_rdma_conn *c);
 /* ... and leaves (tx held): CUT, and resend on TCP what the peer did not
  * credit (an offer out: ZLEN bytes at ZPOS are at ZBUF). 1 left (the rest
  * goes on TCP), 0 not now, -errno. */

@@ -177,6 +177,8 @@ void vs_rdma_stall(struct vs_rdma_conn *c, bool full)
     if (began || tail != atomic_load(&c->tx_stall_tail)) {
         atomic_store(&c->tx_stall_tail, tail);
         atomic_store(&c->tx_stall_ns, vs_now_ns());
+        atomic_store(&c->tx_stall_mark, vs_rdma_sq_mark(c));
+        atomic_store(&c->tx_placed_ns, 0);
     }
     /* The stall ends in a spill at a time, not at an event: a cold epoll
      * record would not look (cold_attach refuses a stalled sender). */
@@ -184,11 +186,40 @@ void vs_rdma_stall(struct vs_rdma_conn *c, bool full)
         vs_rdma_pass_news_on(c);
 }
 
+/* Whether the peer has had all we sent before the stall in its memory for
+ * LIMIT_NS and read none of it. Bytes still on their way cannot have been
+ * read: a slow link, or an adapter waiting out an ACK timeout (0.5 s) to
+ * resend a lost packet, is not a peer that does not read. (tx, readiness) */
+static bool stalled_for(struct vs_rdma_conn *c, long limit_ns)
+{
+    if (!atomic_load(&c->tx_stall_ns) || vs_rdma_peer_tail(c) != atomic_load(&c->tx_stall_tail))
+        return false;
+    long placed = atomic_load(&c->tx_placed_ns);
+    if (!placed) {
+        if (!vs_rdma_sq_passed(c, atomic_load(&c->tx_stall_mark)))
+            return false;
+        long zero = 0;
+        atomic_compare_exchange_strong(&c->tx_placed_ns, &zero, vs_now_ns());
+        return false;
+    }
+    return vs_now_ns() - placed > limit_ns;
+}
+
 bool vs_rdma_stalled(struct vs_rdma_conn *c)
 {
-    long since = atomic_load(&c->tx_stall_ns);
-    return since && vs_rdma_peer_tail(c) == atomic_load(&c->tx_stall_tail) &&
-           vs_now_ns() - since > spill_ns();
+    return stalled_for(c, spill_ns());
+}
+
+/* An offer goes only to a peer that said it sleeps in a read: it pulls the
+ * offer at once, in READs of up to a quarter each, which the adapter may
+ * have to resend after its ACK timeout (0.5 s each). Spilling then would
+ * move a reading peer to TCP for good; a peer that left its read and reads
+ * no more is rare, and pays this once. */
+#define OFFER_SPILL_MIN_NS 2000000000L
+
+bool vs_rdma_offer_stalled(struct vs_rdma_conn *c)
+{
+    return stalled_for(c, spill_ns() > OFFER_SPILL_MIN_NS ? spill_ns() : OFFER_SPILL_MIN_NS);
 }
 
 int vs_rdma_spill(struct vs_rdma_conn *c, int fd, uint64_t zpos, const void *zbuf, size_t zlen)
@@ -196,6 +227,8 @@ int vs_rdma_spill(struct vs_rdma_conn *c, int fd, uint64_t zpos, const void *zbu
     /* Not now: again after another stall, not at every wake-up (nor in a
      * loop of a non-blocking writer told it may write). */
     atomic_store(&c->tx_stall_ns, vs_now_ns());
+    if (atomic_load(&c->tx_placed_ns))
+        atomic_store(&c->tx_placed_ns, vs_now_ns());
     if (pthread_mutex_trylock(&c->rx_lock) != 0)
         return 0; /* a reader is busy (and drains the peer) */
     pthread_mutex_lock(&c->ctl_lock);

@@ -354,6 +354,24 @@ uint64_t vs_rdma_peer_tail(struct vs_rdma_conn *c)
     return c->credit.mem ? __atomic_load_n((uint64_t *)c->credit.mem, __ATOMIC_ACQUIRE) : 0;
 }
 
+unsigned vs_rdma_sq_mark(struct vs_rdma_conn *c)
+{
+    pthread_mutex_lock(&c->qp_lock);
+    unsigned mark = c->sq_posted;
+    if (c->sq_done != mark)
+        c->since_signal = SIGNAL_EVERY;
+    pthread_mutex_unlock(&c->qp_lock);
+    return mark;
+}
+
+bool vs_rdma_sq_passed(struct vs_rdma_conn *c, unsigned mark)
+{
+    pthread_mutex_lock(&c->qp_lock);
+    bool passed = !c->qp || (int)(c->sq_done - mark) >= 0;
+    pthread_mutex_unlock(&c->qp_lock);
+    return passed;
+}
+
 bool vs_rdma_sends_done(struct vs_rdma_conn *c)
 {
     pthread_mutex_lock(&c->qp_lock);

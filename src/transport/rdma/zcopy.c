@@ -69,7 +69,7 @@ ssize_t vs_rdma_zcopy_send(struct vs_rdma_conn *c, int fd, const void *buf, size
             break;
         }
         /* After the peer's own CUT above: never a CUT to a peer that left. */
-        if (vs_rdma_stalled(c)) {
+        if (vs_rdma_offer_stalled(c)) {
             /* The peer stopped reading where the kernel would have taken
              * the rest into its buffers: the rest goes on TCP. */
             int r = vs_rdma_spill(c, fd, pos, buf, len);
@@ -236,23 +236,30 @@ static struct vs_rdma_offer *fresh_at_tail(struct vs_rdma_conn *c, uint64_t min)
     return o;
 }
 
-/* Posts the READs of RUN bytes of offer O into BUF, in up to VS_RDMA_READS
- * parts so that the tail (and the sender's credit) moves as each lands.
- * (qp_lock) */
+/* A READ into the reader's buffer lands whole or not at all: one part's
+ * time is what the sender sees without its credit moving (leave.c), so a
+ * part stays short even on a slow link. */
+#define DIRECT_PART_MAX (1u << 20)
+
+/* Posts the READs of offer O's bytes [FROM + *POSTED, FROM + RUN) into BUF
+ * + *POSTED, in parts, up to VS_RDMA_READS in flight, so that the tail
+ * (and the sender's credit) moves as each lands. (qp_lock) */
 static int post_direct(struct vs_rdma_conn *c, struct vs_rdma_offer *o, char *buf, uint32_t lkey,
-                       uint64_t run)
+                       uint64_t from, uint64_t run, uint64_t *posted)
 {
-    uint64_t part = (run + VS_RDMA_READS - 1) / VS_RDMA_READS, at = 0;
+    uint64_t part = (run + VS_RDMA_READS - 1) / VS_RDMA_READS;
+    if (part > DIRECT_PART_MAX)
+        part = DIRECT_PART_MAX;
     /* After a CUT, O may be another offer's slot: one acted on before
      * this call (the lock was let go), or by a post's poll for room. */
-    while (at < run && !atomic_load(&c->rx_cut)) {
-        uint64_t n = run - at < part ? run - at : part;
-        int rc = vs_rdma_post_read(c, buf + at, lkey, o->addr + o->pulled + at, o->rkey, n);
+    while (*posted < run && c->reads_in_flight < VS_RDMA_READS && !atomic_load(&c->rx_cut)) {
+        uint64_t n = run - *posted < part ? run - *posted : part;
+        int rc = vs_rdma_post_read(c, buf + *posted, lkey, o->addr + from + *posted, o->rkey, n);
         if (rc != 0)
             return rc;
         c->read_len[(c->read_first + c->reads_in_flight) % VS_RDMA_READS] = n | DIRECT;
         c->reads_in_flight++;
-        at += n;
+        *posted += n;
     }
     return 0;
 }
@@ -264,7 +271,7 @@ ssize_t vs_rdma_zcopy_recv(struct vs_rdma_conn *c, int fd, void *buf, size_t len
         return 0;
     pthread_mutex_lock(&c->qp_lock);
     struct vs_rdma_offer *o = fresh_at_tail(c, min);
-    uint64_t run = o ? o->len - o->pulled : 0;
+    uint64_t from = o ? o->pulled : 0, run = o ? o->len - from : 0, posted = 0;
     if (run > len)
         run = len;
     if (o)
@@ -274,7 +281,7 @@ ssize_t vs_rdma_zcopy_recv(struct vs_rdma_conn *c, int fd, void *buf, size_t len
         return 0;
     struct ibv_mr *mr = ibv_reg_mr(c->pd, buf, run, IBV_ACCESS_LOCAL_WRITE);
     pthread_mutex_lock(&c->qp_lock);
-    int rc = mr ? post_direct(c, o, buf, mr->lkey, run) : -ENOMEM;
+    int rc = mr ? post_direct(c, o, buf, mr->lkey, from, run, &posted) : -ENOMEM;
     pthread_mutex_unlock(&c->qp_lock);
     /* Until every READ posted is done the buffer is the adapter's: no
      * timeout or signal ends this wait, only the queue pair's failure. */
@@ -287,6 +294,11 @@ ssize_t vs_rdma_zcopy_recv(struct vs_rdma_conn *c, int fd, void *buf, size_t len
             o->pulled += landed;
             __atomic_store_n(&c->rx_tail, c->rx_tail + landed, __ATOMIC_SEQ_CST);
             taken += landed;
+        }
+        /* A full send queue (-EAGAIN) has room once the READs land. */
+        if (rc == 0 && posted < run && !atomic_load(&c->broken)) {
+            int r = post_direct(c, o, buf, mr->lkey, from, run, &posted);
+            rc = r == -EAGAIN ? 0 : r;
         }
         bool idle = c->reads_in_flight == 0;
         pthread_mutex_unlock(&c->qp_lock);
