@@ -103,10 +103,26 @@ static bool glibc_loader(const char *interp)
     return strncmp(base, "ld-linux", 8) == 0 || strncmp(base, "ld64.so", 7) == 0;
 }
 
-static void explain_dynamic(const struct vs_exe *exe)
+static const char *privileged_kind(const struct vs_exe *exe)
+{
+    return exe->file_caps ? "a program with file capabilities" : "set-user-ID or set-group-ID";
+}
+
+/* Returns the exit code. */
+static int explain_dynamic(const struct vs_exe *exe)
 {
     printf("  kind: a dynamically linked program (64-bit ELF), interpreter %s%s\n", exe->interp,
            glibc_loader(exe->interp) ? " (glibc)" : "");
+    if (exe->secure) {
+        /* The loader then runs in secure mode (AT_SECURE): it ignores
+         * LD_PRELOAD entries with a slash, which ours has. */
+        printf("  vsocket: NOT LOADED when you run it: it is %s, so it runs with\n"
+               "    privileges other than yours, and the loader then ignores LD_PRELOAD (secure\n"
+               "    mode). It runs unchanged, over kernel TCP, unaccelerated; so do the programs\n"
+               "    it starts, unless they are given LD_PRELOAD again.\n",
+               privileged_kind(exe));
+        return VS_EXIT_MISSING;
+    }
     printf("  vsocket: can interpose: the loader loads vsocket first (LD_PRELOAD) and the\n"
            "    program's socket calls go through libc. While it runs, `vsocket stat` shows each\n"
            "    socket's transport; calls that bypass libc (raw syscall(), io_uring) are listed\n"
@@ -114,11 +130,12 @@ static void explain_dynamic(const struct vs_exe *exe)
     if (!glibc_loader(exe->interp))
         printf("  note: its loader is not glibc's; vsocket is built against glibc and may fail\n"
                "    to load into it.\n");
-    if (exe->setid)
-        /* The loader then runs in secure mode (AT_SECURE): it ignores
-         * LD_PRELOAD entries with a slash, which ours has. */
-        printf("  note: it is set-user-ID or set-group-ID: when it runs with privileges other\n"
-               "    than its caller's, the loader ignores LD_PRELOAD and vsocket is not loaded.\n");
+    if (exe->setid || exe->file_caps)
+        printf("  note: it is %s: run by a user other than its owner (or one\n"
+               "    without those capabilities) it runs with other privileges, and then the\n"
+               "    loader ignores LD_PRELOAD and vsocket is not loaded.\n",
+               privileged_kind(exe));
+    return VS_EXIT_OK;
 }
 
 static void explain_go(const struct vs_exe *exe)
@@ -149,8 +166,7 @@ static int explain(const struct vs_exe *exe)
 {
     switch (exe->kind) {
     case VS_EXE_DYNAMIC:
-        explain_dynamic(exe);
-        return VS_EXIT_OK;
+        return explain_dynamic(exe);
     case VS_EXE_GO:
         explain_go(exe);
         return VS_EXIT_MISSING;

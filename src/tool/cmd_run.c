@@ -38,6 +38,10 @@ static void usage(FILE *out)
           "without libc) nor of statically linked ones (no dynamic loader, so no LD_PRELOAD).\n"
           "For such a PROGRAM, or a #! script run by one, run prints one line saying so on\n"
           "stderr, then runs it unchanged and unaccelerated; `vsocket doctor PROGRAM` explains.\n"
+          "So it does for a set-user-ID or set-group-ID PROGRAM, or one with file\n"
+          "capabilities, that would run with privileges other than yours: the dynamic\n"
+          "loader then ignores LD_PRELOAD (secure mode). A child that is such a program\n"
+          "runs without vsocket too, and nothing can say so then.\n"
           "\n"
           "Options (each sets the VSOCKET_* variable named, which see):\n"
           "  --transport=LIST   transports sockets may use, e.g. kernel (VSOCKET_TRANSPORTS)\n"
@@ -177,6 +181,15 @@ static void warn_unseen(const char *program)
     struct vs_exe exe, interp;
     if (vs_exe_inspect(program, &exe) < 0)
         return;
+    if (exe.secure) {
+        fprintf(stderr,
+                "vsocket: %s is %s: run by you, the loader ignores LD_PRELOAD for it (secure "
+                "mode), so it runs unaccelerated (see: vsocket doctor %s)\n",
+                program,
+                exe.file_caps ? "a program with file capabilities" : "set-user-ID or set-group-ID",
+                program);
+        return;
+    }
     const char *why = vs_exe_unseen_reason(exe.kind);
     if (why) {
         fprintf(stderr, "vsocket: %s %s; it runs unaccelerated (see: vsocket doctor %s)\n", program,

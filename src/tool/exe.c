@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include "tool/exe.h"
@@ -228,6 +229,12 @@ int vs_exe_inspect(const char *path, struct vs_exe *exe)
         return -1;
     }
     exe->setid = (st.st_mode & (S_ISUID | S_ISGID)) != 0;
+    exe->file_caps = fgetxattr(fd, "security.capability", NULL, 0) > 0;
+    /* The kernel's rule (secureexec): the new image's effective ids differ
+     * from its real ones, or it gains capabilities (root's are all there). */
+    exe->secure = ((st.st_mode & S_ISUID) && st.st_uid != getuid()) ||
+                  ((st.st_mode & S_ISGID) && st.st_gid != getgid()) ||
+                  (exe->file_caps && getuid() != 0);
     if (memcmp(magic, ELFMAG, SELFMAG) == 0)
         inspect_elf(fd, exe);
     else if (memcmp(magic, "#!", 2) == 0)

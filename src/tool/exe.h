@@ -24,6 +24,11 @@ struct vs_exe {
     char interp[PATH_MAX];
     const char *unknown; /* UNKNOWN: what the file is, e.g. "a 32-bit ELF file" */
     bool setid;          /* set-user-ID or set-group-ID */
+    bool file_caps;      /* has file capabilities (security.capability) */
+    /* Run by this process's user, the loader would run it in secure mode
+     * (AT_SECURE: it changes ids or gains capabilities) and ignore
+     * LD_PRELOAD entries with a slash, as vsocket's: it runs without. */
+    bool secure;
 };
 
 /* Reads PATH's headers into *EXE. Returns 0, or -1 with errno set when PATH

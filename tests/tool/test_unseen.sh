@@ -129,6 +129,22 @@ else
 fi
 if cc -o "$tmp/dynamic-prog" "$tmp/s.c" 2>/dev/null; then
   run_silent dynamic-c -- "$vs" run -- "$tmp/dynamic-prog"
+  # Set-user-ID to another user: the loader's secure mode drops LD_PRELOAD.
+  # Set-user-ID to ourselves changes nothing: no line.
+  cp "$tmp/dynamic-prog" "$tmp/setuid-self"
+  chmod 4755 "$tmp/setuid-self"
+  run_silent setuid-self -- "$vs" run -- "$tmp/setuid-self"
+  expect doctor-setuid-self 0 'note: it is set-user-ID or set-group-ID' -- "$vs" doctor "$tmp/setuid-self"
+  if [ "$(id -u)" = 0 ]; then
+    cp "$tmp/dynamic-prog" "$tmp/setuid-nobody"
+    chown nobody "$tmp/setuid-nobody"
+    chmod 4755 "$tmp/setuid-nobody"
+    run_once setuid-other "vsocket: $tmp/setuid-nobody is set-user-ID or set-group-ID: run by you, the loader ignores LD_PRELOAD for it (secure mode), so it runs unaccelerated (see: vsocket doctor $tmp/setuid-nobody)" \
+      3 static-ran -- "$vs" run -- "$tmp/setuid-nobody"
+    expect doctor-setuid-other 4 'vsocket: NOT LOADED when you run it: it is set-user-ID' -- "$vs" doctor "$tmp/setuid-nobody"
+  else
+    skip "setuid-other: needs root to give a program to another user"
+  fi
 fi
 
 # Go: a static program (no cgo) and a dynamically linked one (cgo): both make
