@@ -142,8 +142,8 @@ struct vs_rdma_conn {
     bool polling;                   /* the CQ is being polled: not again from inside (qp_lock) */
     _Atomic long tx_stall_ns;       /* since when the sender waits for space, or 0 (tx) */
     _Atomic uint64_t tx_stall_tail; /* the peer's credit then (tx) */
-    _Atomic unsigned tx_stall_mark; /* sends posted then: the clock waits for them (tx) */
-    _Atomic long tx_placed_ns;      /* since when those are all placed, or 0 (tx) */
+    unsigned tx_stall_mark;         /* sends posted then: the clock waits for them (qp_lock) */
+    long tx_placed_ns;              /* since when those are all placed, or 0 (qp_lock) */
     _Atomic bool tx_shut_sent;
     _Atomic bool broken;    /* a completion error: the QP is unusable */
     _Atomic bool peer_gone; /* rdma_cm said the peer disconnected */
@@ -203,11 +203,18 @@ void vs_rdma_conn_close_later(struct vs_rdma_conn *c);
 void vs_rdma_reap(bool wait);
 /* Whether every send posted on C completed. */
 bool vs_rdma_sends_done(struct vs_rdma_conn *c);
-/* The send queue's position now, and the next send signalled, so that its
- * completion says when all sends up to here are placed. (tx) */
-unsigned vs_rdma_sq_mark(struct vs_rdma_conn *c);
-/* Whether all sends up to MARK are placed (their completions polled). */
-bool vs_rdma_sq_passed(struct vs_rdma_conn *c, unsigned mark);
+/* Whether the send queue takes one more work request now. */
+bool vs_rdma_sq_has_room(struct vs_rdma_conn *c);
+/* A stall (re)starts: marks the send queue's position, and signals the
+ * next send, so that its completion says when all sent before is placed.
+ * Under the queue pair's lock, as the two below: readiness may look at
+ * the same stall from another thread. (tx) */
+void vs_rdma_stall_mark(struct vs_rdma_conn *c);
+/* Since when all sent before the mark is placed (as of NOW if it is found
+ * so now), or 0. */
+long vs_rdma_stall_placed(struct vs_rdma_conn *c, long now);
+/* A spill not made now: the clock starts again at NOW, if it ran. (tx) */
+void vs_rdma_stall_replaced(struct vs_rdma_conn *c, long now);
 /* fork: the child's copies are not its own (rdma.c). */
 void vs_rdma_conn_fork_child(void);
 /* Frees the verbs and rdma_cm resources (not the state). */

@@ -420,9 +420,11 @@ static void maybe_switch(struct vs_rdma_conn *c)
 }
 
 /* Copies LEN bytes at BUF into the send copy and writes them to the peer.
+ * Bytes written in *DONE, even when a later part fails: those are sent.
  * (tx) */
-static int ring_write(struct vs_rdma_conn *c, const char *buf, size_t len)
+static int ring_write(struct vs_rdma_conn *c, const char *buf, size_t len, size_t *done)
 {
+    *done = 0;
     while (len > 0) {
         uint64_t off = c->tx_head & (c->tx_size - 1);
         size_t run = len;
@@ -439,6 +441,7 @@ static int ring_write(struct vs_rdma_conn *c, const char *buf, size_t len)
         c->tx_head += run;
         buf += run;
         len -= run;
+        *done += run;
     }
     return 0;
 }
@@ -515,7 +518,16 @@ static ssize_t rdma_send(struct vs_rdma_conn *c, int fd, const struct iovec *iov
         size_t run = iov[i].iov_len - in_iov;
         if (run > room)
             run = (size_t)room;
-        int rc = ring_write(c, (const char *)iov[i].iov_base + in_iov, run);
+        size_t done;
+        int rc = ring_write(c, (const char *)iov[i].iov_base + in_iov, run, &done);
+        /* What went out counts whatever happened to the rest: the program
+         * must not send it again. */
+        total += done;
+        in_iov += done;
+        if (in_iov == iov[i].iov_len) {
+            i++;
+            in_iov = 0;
+        }
         if (rc == -EAGAIN) {
             /* The send queue is full: its completions free it. */
             if (total || nonblocking(&nonblock, flags, fd))
@@ -530,12 +542,6 @@ static ssize_t rdma_send(struct vs_rdma_conn *c, int fd, const struct iovec *iov
         }
         if (rc < 0)
             return total ? (ssize_t)total : rc;
-        total += run;
-        in_iov += run;
-        if (in_iov == iov[i].iov_len) {
-            i++;
-            in_iov = 0;
-        }
     }
     /* Our reads ride along with a send when they are worth a frame: the
      * peer waits for them, or they are a sixteenth of the ring. A credit

@@ -177,8 +177,7 @@ void vs_rdma_stall(struct vs_rdma_conn *c, bool full)
     if (began || tail != atomic_load(&c->tx_stall_tail)) {
         atomic_store(&c->tx_stall_tail, tail);
         atomic_store(&c->tx_stall_ns, vs_now_ns());
-        atomic_store(&c->tx_stall_mark, vs_rdma_sq_mark(c));
-        atomic_store(&c->tx_placed_ns, 0);
+        vs_rdma_stall_mark(c);
     }
     /* The stall ends in a spill at a time, not at an event: a cold epoll
      * record would not look (cold_attach refuses a stalled sender). */
@@ -186,23 +185,25 @@ void vs_rdma_stall(struct vs_rdma_conn *c, bool full)
         vs_rdma_pass_news_on(c);
 }
 
+/* How long the clock waits for what was sent before the stall to be
+ * placed: several ACK timeouts. Longer, and the bytes are not arriving
+ * because the peer posts no receive buffers (it does not poll: RNR), which
+ * is a peer that does not read. */
+#define PLACE_MAX_NS 2000000000L
+
 /* Whether the peer has had all we sent before the stall in its memory for
  * LIMIT_NS and read none of it. Bytes still on their way cannot have been
  * read: a slow link, or an adapter waiting out an ACK timeout (0.5 s) to
  * resend a lost packet, is not a peer that does not read. (tx, readiness) */
 static bool stalled_for(struct vs_rdma_conn *c, long limit_ns)
 {
-    if (!atomic_load(&c->tx_stall_ns) || vs_rdma_peer_tail(c) != atomic_load(&c->tx_stall_tail))
+    long since = atomic_load(&c->tx_stall_ns);
+    if (!since || vs_rdma_peer_tail(c) != atomic_load(&c->tx_stall_tail))
         return false;
-    long placed = atomic_load(&c->tx_placed_ns);
-    if (!placed) {
-        if (!vs_rdma_sq_passed(c, atomic_load(&c->tx_stall_mark)))
-            return false;
-        long zero = 0;
-        atomic_compare_exchange_strong(&c->tx_placed_ns, &zero, vs_now_ns());
-        return false;
-    }
-    return vs_now_ns() - placed > limit_ns;
+    long now = vs_now_ns(), placed = vs_rdma_stall_placed(c, now);
+    if (!placed)
+        placed = since + PLACE_MAX_NS;
+    return now - placed > limit_ns;
 }
 
 bool vs_rdma_stalled(struct vs_rdma_conn *c)
@@ -211,8 +212,8 @@ bool vs_rdma_stalled(struct vs_rdma_conn *c)
 }
 
 /* An offer goes only to a peer that said it sleeps in a read: it pulls the
- * offer at once, in READs of up to a quarter each, which the adapter may
- * have to resend after its ACK timeout (0.5 s each). Spilling then would
+ * offer at once, in READs of up to 1 MiB each (zcopy.c), which its adapter
+ * may have to resend after its ACK timeout (0.5 s each). Spilling then would
  * move a reading peer to TCP for good; a peer that left its read and reads
  * no more is rare, and pays this once. */
 #define OFFER_SPILL_MIN_NS 2000000000L
@@ -226,9 +227,9 @@ int vs_rdma_spill(struct vs_rdma_conn *c, int fd, uint64_t zpos, const void *zbu
 {
     /* Not now: again after another stall, not at every wake-up (nor in a
      * loop of a non-blocking writer told it may write). */
-    atomic_store(&c->tx_stall_ns, vs_now_ns());
-    if (atomic_load(&c->tx_placed_ns))
-        atomic_store(&c->tx_placed_ns, vs_now_ns());
+    long now = vs_now_ns();
+    atomic_store(&c->tx_stall_ns, now);
+    vs_rdma_stall_replaced(c, now);
     if (pthread_mutex_trylock(&c->rx_lock) != 0)
         return 0; /* a reader is busy (and drains the peer) */
     pthread_mutex_lock(&c->ctl_lock);

@@ -220,9 +220,12 @@ static unsigned ready_rdma(struct vs_rdma_conn *c, unsigned interest)
         ev |= POLLIN;
     if (vs_rdma_rx_eof(c))
         ev |= POLLRDHUP & interest;
+    /* Room in the ring but not in the send queue (a peer slow to take
+     * many small writes) is not writable: the send would say EAGAIN, and a
+     * program told it may write would spin. A completion wakes it. */
     if ((interest & POLLOUT) && vs_stream_tx_on_transport(&c->st) &&
-        (vs_rdma_writable(c) || dead || atomic_load(&c->st.tx_revert_pending) ||
-         vs_rdma_stalled(c)))
+        ((vs_rdma_writable(c) && vs_rdma_sq_has_room(c)) || dead ||
+         atomic_load(&c->st.tx_revert_pending) || vs_rdma_stalled(c)))
         ev |= POLLOUT;
     return ev;
 }

@@ -148,6 +148,7 @@ static int post_send_locked(struct vs_rdma_conn *c, struct ibv_send_wr *wr)
 {
     if (!sq_room(c, 1))
         return -EAGAIN;
+    unsigned since = c->since_signal;
     bool signal = ++c->since_signal >= SIGNAL_EVERY || c->sq_posted - c->sq_done + 2 >= c->depth;
     if (signal) {
         wr->send_flags |= IBV_SEND_SIGNALED;
@@ -158,7 +159,10 @@ static int post_send_locked(struct vs_rdma_conn *c, struct ibv_send_wr *wr)
     struct ibv_send_wr *bad;
     int rc = ibv_post_send(c->qp, wr, &bad);
     if (rc) {
+        /* Not posted: the next send is signalled if this one was to be
+         * (a stalled sender's mark waits for it). */
         c->sq_posted--;
+        c->since_signal = since;
         return -rc;
     }
     return 0;
@@ -240,6 +244,14 @@ static bool sq_room(struct vs_rdma_conn *c, unsigned want)
         return true;
     poll_locked(c);
     return c->sq_posted - c->sq_done + want <= c->depth;
+}
+
+bool vs_rdma_sq_has_room(struct vs_rdma_conn *c)
+{
+    pthread_mutex_lock(&c->qp_lock);
+    bool room = !c->qp || sq_room(c, 1);
+    pthread_mutex_unlock(&c->qp_lock);
+    return room;
 }
 
 void vs_rdma_poll(struct vs_rdma_conn *c)
@@ -354,22 +366,32 @@ uint64_t vs_rdma_peer_tail(struct vs_rdma_conn *c)
     return c->credit.mem ? __atomic_load_n((uint64_t *)c->credit.mem, __ATOMIC_ACQUIRE) : 0;
 }
 
-unsigned vs_rdma_sq_mark(struct vs_rdma_conn *c)
+void vs_rdma_stall_mark(struct vs_rdma_conn *c)
 {
     pthread_mutex_lock(&c->qp_lock);
-    unsigned mark = c->sq_posted;
-    if (c->sq_done != mark)
+    c->tx_stall_mark = c->sq_posted;
+    c->tx_placed_ns = 0;
+    if (c->sq_done != c->sq_posted)
         c->since_signal = SIGNAL_EVERY;
     pthread_mutex_unlock(&c->qp_lock);
-    return mark;
 }
 
-bool vs_rdma_sq_passed(struct vs_rdma_conn *c, unsigned mark)
+long vs_rdma_stall_placed(struct vs_rdma_conn *c, long now)
 {
     pthread_mutex_lock(&c->qp_lock);
-    bool passed = !c->qp || (int)(c->sq_done - mark) >= 0;
+    if (!c->tx_placed_ns && (!c->qp || (int)(c->sq_done - c->tx_stall_mark) >= 0))
+        c->tx_placed_ns = now;
+    long placed = c->tx_placed_ns;
     pthread_mutex_unlock(&c->qp_lock);
-    return passed;
+    return placed;
+}
+
+void vs_rdma_stall_replaced(struct vs_rdma_conn *c, long now)
+{
+    pthread_mutex_lock(&c->qp_lock);
+    if (c->tx_placed_ns)
+        c->tx_placed_ns = now;
+    pthread_mutex_unlock(&c->qp_lock);
 }
 
 bool vs_rdma_sends_done(struct vs_rdma_conn *c)

@@ -48,6 +48,9 @@ ssize_t vs_rdma_zcopy_send(struct vs_rdma_conn *c, int fd, const void *buf, size
         return 0;
     }
     atomic_store(&c->peer_reading, false);
+    /* A stall left from an earlier send ends here: the offer's wait is a
+     * stall of its own, whose clock waits for the offer to be placed. */
+    vs_rdma_stall(c, false);
     vs_debug("rdma: offered %zu bytes at %lu", len, (unsigned long)pos);
     c->tx_head += len;
     /* The buffer is the program's again only once the peer consumed it:
@@ -282,6 +285,9 @@ ssize_t vs_rdma_zcopy_recv(struct vs_rdma_conn *c, int fd, void *buf, size_t len
     struct ibv_mr *mr = ibv_reg_mr(c->pd, buf, run, IBV_ACCESS_LOCAL_WRITE);
     pthread_mutex_lock(&c->qp_lock);
     int rc = mr ? post_direct(c, o, buf, mr->lkey, from, run, &posted) : -ENOMEM;
+    /* A full send queue (-EAGAIN) has room once the READs posted land. */
+    if (rc == -EAGAIN && posted)
+        rc = 0;
     pthread_mutex_unlock(&c->qp_lock);
     /* Until every READ posted is done the buffer is the adapter's: no
      * timeout or signal ends this wait, only the queue pair's failure. */
@@ -295,7 +301,6 @@ ssize_t vs_rdma_zcopy_recv(struct vs_rdma_conn *c, int fd, void *buf, size_t len
             __atomic_store_n(&c->rx_tail, c->rx_tail + landed, __ATOMIC_SEQ_CST);
             taken += landed;
         }
-        /* A full send queue (-EAGAIN) has room once the READs land. */
         if (rc == 0 && posted < run && !atomic_load(&c->broken)) {
             int r = post_direct(c, o, buf, mr->lkey, from, run, &posted);
             rc = r == -EAGAIN ? 0 : r;
