@@ -29,6 +29,8 @@
 #                                   "# rdma-case-timeout: SECONDS")
 #      VSOCKET_RDMA_CROSS_ONLY=1    run phase 2 only (while writing cross cases)
 #      VSOCKET_RDMA_CROSS_FILTER    glob on cross case file names (default: all), e.g. '*rping*'
+#      VSOCKET_RDMA_CROSS_PENDING=1 also the cases in cross/pending/ (not yet
+#                                   reliable enough for the suite; by hand)
 #      everything tools/rdma-guest/run reads (VSOCKET_RDMA_GUEST_*).
 # Extra one-host cases: tests/rdma/cases/*.sh run in the guest, as root, with
 # cwd = the checkout, IP=10.77.0.1 and DEV=rxe0 exported; exit 0 = success.
@@ -161,7 +163,7 @@ if [ "${1:-}" = --in-pair ]; then
     fi
     read -r s0 r0 <<<"$(counters)"
     rc=0
-    CASE=${c%.sh} timeout -k 5 "$case_timeout" bash "$here/cross/$c" >"$work/case.log" 2>&1 || rc=$?
+    CASE=$(basename "${c%.sh}") timeout -k 5 "$case_timeout" bash "$here/cross/$c" >"$work/case.log" 2>&1 || rc=$?
     read -r s1 r1 <<<"$(counters)"
     ds=$((s1 - s0)) dr=$((r1 - r0))
     if [ "$rc" != 0 ]; then own="fail exit $rc (rxe1 sent +$ds, rcvd +$dr)"
@@ -254,9 +256,11 @@ fi
 
 # ------------------------------------------------------------ phase 2: two hosts
 normal=() death=()
-for c in "$here"/cross/*.sh; do
+pending=()
+[ "${VSOCKET_RDMA_CROSS_PENDING:-0}" != 1 ] || pending=("$here"/cross/pending/*.sh)
+for c in "$here"/cross/*.sh "${pending[@]}"; do
   [ -e "$c" ] || continue
-  c=$(basename "$c")
+  c=${c#"$here"/cross/}
   # shellcheck disable=SC2053  # a glob on purpose
   [[ $c == ${VSOCKET_RDMA_CROSS_FILTER:-*} ]] || continue
   if [[ $c == *.hostdeath.sh ]]; then death+=("$c"); else normal+=("$c"); fi

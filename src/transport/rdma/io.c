@@ -548,8 +548,11 @@ static ssize_t rdma_send(struct vs_rdma_conn *c, int fd, const struct iovec *iov
      * with every send doubled a ping-pong's frames (each write gets its own
      * RC ACK); where frames cost (an emulated link) that doubled its time. */
     uint64_t unsent = c->rx_tail - atomic_load(&c->rx_credited);
-    if (unsent && (atomic_load(&c->peer_waits) || unsent >= c->rx_size / 16))
-        vs_rdma_post_credit(c, atomic_exchange(&c->peer_waits, false));
+    if (unsent && (atomic_load(&c->peer_waits) || unsent >= c->rx_size / 16)) {
+        bool waits = atomic_exchange(&c->peer_waits, false);
+        if (vs_rdma_post_credit(c, waits) < 0 && waits)
+            atomic_store(&c->peer_waits, true); /* the next read answers */
+    }
     return total ? (ssize_t)total : -EAGAIN;
 }
 
