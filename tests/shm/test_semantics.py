@@ -568,6 +568,11 @@ def test_fionread(family):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
+def test_outq(family):
+    need_results(run_pair("io_outq", family))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
 def test_close_one_of_two_fds(family):
     need_results(run_pair("dup_close", family, may_spill=MORE_THAN_A_RING))
 

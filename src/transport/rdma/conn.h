@@ -135,9 +135,13 @@ struct vs_rdma_conn {
     /* CREDIT_REQs since the credit last moved: each takes a receive
      * buffer of a peer that may not poll for a long time. */
     _Atomic unsigned asks_unanswered;
-    uint64_t asked_at_tail;         /* the credit when we last asked (tx) */
-    unsigned sq_posted;             /* send work requests posted (qp_lock) */
-    unsigned sq_done;               /* ... of which completed, as signalled (qp_lock) */
+    uint64_t asked_at_tail; /* the credit when we last asked (tx) */
+    unsigned sq_posted;     /* send work requests posted (qp_lock) */
+    unsigned sq_done;       /* ... of which completed, as signalled (qp_lock) */
+    /* Where our ring writes end: posted, at the last signalled send, and
+     * known placed in the peer's ring (its adapter acknowledged them). */
+    uint64_t data_head, sig_head, placed_head; /* (qp_lock) */
+    unsigned sig_idx;                          /* the last signalled send (qp_lock) */
     unsigned since_signal;          /* unsignalled sends since the last signalled one (qp_lock) */
     bool polling;                   /* the CQ is being polled: not again from inside (qp_lock) */
     _Atomic long tx_stall_ns;       /* since when the sender waits for space, or 0 (tx) */
@@ -205,6 +209,11 @@ void vs_rdma_reap(bool wait);
 bool vs_rdma_sends_done(struct vs_rdma_conn *c);
 /* Whether the send queue takes one more work request now. */
 bool vs_rdma_sq_has_room(struct vs_rdma_conn *c);
+/* Where our ring writes are known placed in the peer's memory (what the
+ * kernel's SIOCOUTQ calls acknowledged), after a look at the CQ; when
+ * writes after that wait for no signalled completion, one is asked for,
+ * so that a caller who asks again sees them placed. */
+uint64_t vs_rdma_placed_head(struct vs_rdma_conn *c);
 /* A stall (re)starts: marks the send queue's position, and signals the
  * next send, so that its completion says when all sent before is placed.
  * Under the queue pair's lock, as the two below: readiness may look at

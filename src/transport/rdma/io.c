@@ -734,7 +734,13 @@ bool vs_rdma_ioctl(struct vs_sock *s, int fd, unsigned long req, int *value)
         return true;
     }
     if (req == SIOCOUTQ && vs_stream_tx_on_transport(&c->st)) {
+        /* The kernel counts bytes its peer has not acknowledged, read or
+         * not: ours are those not known placed nor credited (a peer that
+         * read them may credit them much later). */
         uint64_t n = c->tx_head - vs_rdma_peer_tail(c);
+        uint64_t unplaced = c->tx_head - vs_rdma_placed_head(c);
+        if (unplaced < n)
+            n = unplaced;
         int q = 0;
         vs_syscall(SYS_ioctl, fd, SIOCOUTQ, &q);
         *value = (int)(n > INT32_MAX ? INT32_MAX : n) + q;

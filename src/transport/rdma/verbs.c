@@ -165,6 +165,10 @@ static int post_send_locked(struct vs_rdma_conn *c, struct ibv_send_wr *wr)
         c->since_signal = since;
         return -rc;
     }
+    if (signal) {
+        c->sig_idx = c->sq_posted;
+        c->sig_head = c->data_head;
+    }
     return 0;
 }
 
@@ -175,8 +179,11 @@ static void on_send_done(struct vs_rdma_conn *c, const struct vs_rdma_wc *wc)
         vs_rdma_pull_done(c);
         vs_rdma_bump(c);
     }
-    if (wc->wr && wc->wr - c->sq_done <= c->sq_posted - c->sq_done)
+    if (wc->wr && wc->wr - c->sq_done <= c->sq_posted - c->sq_done) {
         c->sq_done = wc->wr;
+        if (wc->wr == c->sig_idx)
+            c->placed_head = c->sig_head;
+    }
 }
 
 static void on_recv(struct vs_rdma_conn *c, const struct vs_rdma_wc *wc)
@@ -244,6 +251,23 @@ static bool sq_room(struct vs_rdma_conn *c, unsigned want)
         return true;
     poll_locked(c);
     return c->sq_posted - c->sq_done + want <= c->depth;
+}
+
+uint64_t vs_rdma_placed_head(struct vs_rdma_conn *c)
+{
+    pthread_mutex_lock(&c->qp_lock);
+    if (c->qp && !atomic_load(&c->broken)) {
+        poll_locked(c);
+        /* Writes after the last signalled send complete unseen: a credit
+         * write, signalled, says when they are placed. */
+        if (c->placed_head != c->data_head && (int)(c->sq_done - c->sig_idx) >= 0 && c->credit.mr) {
+            c->since_signal = SIGNAL_EVERY;
+            vs_rdma_post_credit_locked(c, false);
+        }
+    }
+    uint64_t placed = c->placed_head;
+    pthread_mutex_unlock(&c->qp_lock);
+    return placed;
 }
 
 bool vs_rdma_sq_has_room(struct vs_rdma_conn *c)
@@ -341,7 +365,11 @@ int vs_rdma_post_data(struct vs_rdma_conn *c, uint64_t pos, size_t len)
     if (len <= c->inline_max)
         wr.send_flags = IBV_SEND_INLINE;
     pthread_mutex_lock(&c->qp_lock);
+    uint64_t head = c->data_head;
+    c->data_head = pos + len;
     int rc = post_send_locked(c, &wr);
+    if (rc < 0)
+        c->data_head = head;
     pthread_mutex_unlock(&c->qp_lock);
     return rc;
 }

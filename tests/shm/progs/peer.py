@@ -173,6 +173,10 @@ def fionread(s):
     return struct.unpack("i", fcntl.ioctl(s.fileno(), termios.FIONREAD, b"\0" * 4))[0]
 
 
+def outq(s):
+    return struct.unpack("i", fcntl.ioctl(s.fileno(), termios.TIOCOUTQ, b"\0" * 4))[0]
+
+
 def buffered_most():
     """The most one direction of a connection may buffer on this host: the
     largest receive plus send buffers the kernel allows, which vsocket's
@@ -641,6 +645,30 @@ def _(s, ctl):
     ctl.sync("checked")
     s.sendall(data(81, 12345))
     ctl.sync("sent")
+    ctl.sync("done")
+    return {}
+
+
+@scenario("io_outq")
+def _(s, ctl):
+    """SIOCOUTQ counts what the peer has not acknowledged: once the peer has
+    read the request and answered, nothing (a program may wait for 0 before
+    it closes). On RDMA the peer's credit for a small read may come much
+    later: the bytes placed in its ring are acknowledged."""
+    s.sendall(data(83, 1000))
+    expect(recv_exact(s, 10) == b"r" * 10, "the answer is wrong")
+    t = Timer()
+    while outq(s) != 0 and t() < HANG:
+        time.sleep(0.01)
+    expect(outq(s) == 0, f"SIOCOUTQ still {outq(s)} after the peer read and answered")
+    ctl.sync("done")
+    return {}
+
+
+@_.b
+def _(s, ctl):
+    expect(recv_exact(s, 1000) == data(83, 1000), "the request is wrong")
+    s.sendall(b"r" * 10)
     ctl.sync("done")
     return {}
 
