@@ -48,7 +48,6 @@ static void program_name(char *out, size_t outlen)
 
 static void fill_header(struct vs_stats_header *h, unsigned capacity)
 {
-    h->magic = VS_STATS_MAGIC;
     h->version = VS_STATS_VERSION;
     h->header_size = sizeof(*h);
     h->record_size = sizeof(struct vs_stats_record);
@@ -57,6 +56,10 @@ static void fill_header(struct vs_stats_header *h, unsigned capacity)
     h->start_ticks = vs_stats_proc_start_ticks(h->pid);
     program_name(h->comm, sizeof(h->comm));
     vs_config_format_transports(vs_config.transports, h->transports, sizeof(h->transports));
+    /* Last: `vsocket stat` takes a file with the magic for a whole header,
+     * and one whose process start differs for a dead process's (it
+     * removes it: read half-written, this live process's file went). */
+    __atomic_store_n(&h->magic, VS_STATS_MAGIC, __ATOMIC_RELEASE);
 }
 
 /* Creates PATH afresh (a file left by our pre-exec image or a dead process

@@ -109,6 +109,12 @@ static int open_segment(const struct stat_options *o, const char *file, struct s
     if (p == MAP_FAILED)
         return -1;
     const struct vs_stats_header *h = p;
+    /* No magic yet: a process writing its header now (stats.c), not ours
+     * to judge. */
+    if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) == 0) {
+        munmap(p, (size_t)st.st_size);
+        return -1;
+    }
     size_t need = (size_t)h->header_size + (size_t)h->capacity * h->record_size;
     bool valid = h->magic == VS_STATS_MAGIC && h->version == VS_STATS_VERSION &&
                  h->header_size == sizeof(*h) && h->record_size == sizeof(struct vs_stats_record) &&

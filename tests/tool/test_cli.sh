@@ -110,9 +110,13 @@ import socket, time
 s = socket.socket(fileno=%d); s.setblocking(False)
 try: s.accept()
 except BlockingIOError: pass
-time.sleep(30)""" % s.fileno()])' &
+print("adopted", flush=True)
+time.sleep(30)""" % s.fileno()])' >"$tmp/exec.out" &
 pid=$!
 start=$SECONDS
+# After the new image's first use of the socket: before it, stat may show
+# the old image's socket, then (at exec) none.
+until grep -q adopted "$tmp/exec.out" || [ $SECONDS -gt $((start + 180)) ]; do sleep 0.1; done
 until "$vs" stat --pid $pid 2>/dev/null | grep -q listening || [ $SECONDS -gt $((start + 180)) ]; do sleep 0.1; done
 expect exec-adopt 0 "\"pid\":$pid.*\"state\":\"listening\",\"local\":\"127\.0\.0\.1:[0-9]+\"" -- "$vs" stat --json --pid $pid
 kill $pid; wait $pid 2>/dev/null
