@@ -82,14 +82,16 @@ print("client: second echo wrong on", bad if bad else "none")
 print("PASS" if not bad else "FAIL")
 PY
 
-(ulimit -n 1024 && vs_run python3 "$tmp/server.py" "$IP" $port $conns "$tmp/go" >"$tmp/server.log" 2>&1) &
+# Each process's own log (info: every set-up's outcome), shown on failure.
+logged() { vs_run VSOCKET_LOG_LEVEL=info VSOCKET_LOG_FILE="$tmp/vs-%p.log" "$@"; }
+(ulimit -n 1024 && logged python3 "$tmp/server.py" "$IP" $port $conns "$tmp/go" >"$tmp/server.log" 2>&1) &
 srv=$!
 pids+=("$srv")
 wait_port $port
 # The client listens for the set-up from its first call (no 5 ms wait);
 # the server's set-ups start once it has called 8 times on a connection,
 # in its select loop, after the client is stopped.
-vs_run env VSOCKET_UPGRADE_AFTER_US=0 python3 "$tmp/client.py" "$IP" $port $conns "$tmp/ready" >"$tmp/client.log" 2>&1 &
+logged env VSOCKET_UPGRADE_AFTER_US=0 python3 "$tmp/client.py" "$IP" $port $conns "$tmp/ready" >"$tmp/client.log" 2>&1 &
 cli=$!
 pids+=("$cli")
 wait_file "$tmp/ready" 120
@@ -105,6 +107,18 @@ jq -c --arg p ":$port" '[.processes[].sockets[] | select(.local // "" | endswith
 pending=$(jq --arg p ":$port" '[.processes[].sockets[] | select((.local // "" | endswith($p))
   and (.reason | startswith("upgrade-pending")))] | length' "$tmp/stat.json" || echo 0)
 kill -CONT "$cpid"
+# The client's last phase takes seconds; past the limit it hangs: say where
+# each connection stood before the stage's timeout takes the evidence away.
+end=$((SECONDS + 420))
+while kill -0 "$cli" 2>/dev/null && [ $SECONDS -lt $end ]; do sleep 1; done
+if kill -0 "$cli" 2>/dev/null; then
+  echo "HANG: the client has not ended 420 s after it was let go; vsocket stat:"
+  "$TOOL" stat >"$tmp/stat.txt" 2>&1
+  awk 'NR > 1 { n[$1 " " $7 " " $NF]++ } END { for (k in n) print n[k], "pid transport reason:", k }' "$tmp/stat.txt"
+  grep -v ' rdma ' "$tmp/stat.txt" | head -20
+  for f in "$tmp"/vs-*.log; do echo "--- $f"; grep -v tracked "$f" | sort | uniq -c | sort -rn | head -15; done
+  exit 1
+fi
 rc=0
 wait "$cli" || rc=$?
 wait "$srv" || true
