@@ -9,7 +9,9 @@
 # that looked like a peer that does not read, and the connection left RDMA
 # ("the peer has not read for 200 ms"). Counted from when the bytes are in
 # the reader's memory, it stays. Verdict from both ends' logs: upgraded to
-# rdma, and no line of leaving it.
+# rdma, and no line of leaving it. With the build before the fix (4c142c9)
+# it fails so: "the peer has not read for 200 ms: the rest of this
+# connection goes on TCP" (left-for-buffering).
 set -euo pipefail
 # shellcheck source=/dev/null  # tests/rdma/cross-lib.sh
 . "$CROSS_LIB"
