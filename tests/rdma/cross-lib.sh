@@ -42,3 +42,20 @@ server_client() {
   done
   return "$rc"
 }
+
+# logs_on_rdma WHO MIN LOG...: the vsocket logs (VSOCKET_LOG_LEVEL=info) say
+# that at least MIN connections upgraded to rdma, and that none stayed on the
+# kernel, was closed during its set-up or left rdma; else their tail.
+logs_on_rdma() {
+  local who=$1 min=$2 up stays left
+  shift 2
+  up=$(cat "$@" 2>/dev/null | grep -c 'upgraded to rdma' || true)
+  stays=$(cat "$@" 2>/dev/null | grep -c -E 'stays on the kernel|set-up was under way' || true)
+  left=$(cat "$@" 2>/dev/null | grep -c -E 'has not read|goes on TCP|went back to TCP|leaves? (the rings|rdma)' || true)
+  echo "$who: $up connections upgraded to rdma, $stays stayed on the kernel, $left left rdma"
+  echo "$who: ms from connect to rdma: $(cat "$@" 2>/dev/null | grep -o '[0-9]* ms after' | cut -d' ' -f1 | xargs)"
+  [ "$up" -ge "$min" ] && [ "$stays" = 0 ] && [ "$left" = 0 ] && return 0
+  echo "$who: expected at least $min connections on rdma that stay there; the logs:"
+  cat "$@" 2>/dev/null | grep -v tracked | tail -40
+  return 1
+}

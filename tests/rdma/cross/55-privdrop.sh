@@ -22,16 +22,6 @@ log_env=(env VSOCKET_LOG_LEVEL=info VSOCKET_LOG_FILE="$dir/%p.log")
 # Not a PATH lookup: root's python3 may be a shim in its home.
 py=/usr/bin/python3
 
-check_logs() {
-  local up stays
-  up=$(cat "$dir"/*.log 2>/dev/null | grep -c 'upgraded to rdma' || true)
-  stays=$(cat "$dir"/*.log 2>/dev/null | grep -c -E 'stays on the kernel|set-up was under way|goes on TCP|went back to TCP' || true)
-  echo "$1: $up connections upgraded to rdma, $stays stayed on or went back to the kernel"
-  [ "$up" -ge $conns ] && [ "$stays" = 0 ] && return 0
-  cat "$dir"/*.log 2>/dev/null | grep -v tracked | tail -20
-  return 1
-}
-
 if [ "$VSG_ROLE" = A ]; then
   cat >"$dir/server.py" <<'PY'
 import os, socket, sys, threading
@@ -59,7 +49,7 @@ PY
   barrier up 60
   barrier done 300
   grep -q "serving as uid 65534" "$dir/server.out" || { echo "A: the server did not drop to nobody"; exit 1; }
-  check_logs A
+  logs_on_rdma A $conns "$dir"/*.log
   exit $?
 fi
 
@@ -67,14 +57,7 @@ cat >"$dir/client.py" <<'PY'
 import hashlib, os, socket, sys, threading, time
 host, port, n, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 errors, done = [], []
-def recv_exactly(s, k):
-    b = bytearray()
-    while len(b) < k:
-        d = s.recv(k - len(b))
-        if not d:
-            raise EOFError(f"EOF after {len(b)} of {k} bytes")
-        b += d
-    return bytes(b)
+from streams import recv_exactly
 def one(i):
     try:
         s = socket.create_connection((host, port))
@@ -102,7 +85,8 @@ print(f"uid {os.getuid()}: {len(done)} of {n} connections right")
 for e in errors: print("error", e)
 print("PASS" if len(done) == n and not errors else "FAIL")
 PY
-chmod 644 "$dir/client.py"
+cp tests/lib/streams.py "$dir/"
+chmod 644 "$dir/client.py" "$dir/streams.py"
 barrier up 60
 rc=0
 vs_run setpriv --reuid=daemon --regid=daemon --clear-groups \
@@ -110,4 +94,4 @@ vs_run setpriv --reuid=daemon --regid=daemon --clear-groups \
 barrier done 300
 cat "$dir/client.out"
 { [ "$rc" = 0 ] && grep -qx PASS "$dir/client.out"; } || { echo "B: the client failed (exit $rc)"; exit 1; }
-check_logs B
+logs_on_rdma B $conns "$dir"/*.log

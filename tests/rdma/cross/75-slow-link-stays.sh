@@ -27,16 +27,6 @@ defaults() { env LD_PRELOAD="$LIB" VSOCKET_LOG_LEVEL=info VSOCKET_LOG_FILE="$log
 tc qdisc replace dev "$VSG_IF" root netem delay "${DELAY_MS}ms"
 trap 'tc qdisc del dev "$VSG_IF" root 2>/dev/null || true' EXIT
 
-check_log() {
-  local up left
-  up=$(grep -c 'upgraded to rdma' "$log" || true)
-  left=$(grep -c -E 'has not read|goes on TCP|went back to TCP|stays on the kernel' "$log" || true)
-  echo "$1: upgraded to rdma $up, left or stayed off rdma $left"
-  [ "$up" -ge 1 ] && [ "$left" = 0 ] && return 0
-  grep -v tracked "$log" | tail -20
-  return 1
-}
-
 if [ "$VSG_ROLE" = A ]; then
   defaults "$SWEEP" server --port $port --bind "$A_IP" >/tmp/sl-srv.out 2>&1 &
   srv=$!
@@ -44,7 +34,7 @@ if [ "$VSG_ROLE" = A ]; then
   wait_port $port
   barrier up 120
   barrier done 600
-  check_log A
+  logs_on_rdma A 1 "$log"
   exit $?
 fi
 barrier up 120
@@ -57,4 +47,4 @@ barrier done 600
 grep '^stream' /tmp/sl-cli.out || true
 echo "B: rxe1 packets during the run: $((p1 - p0))"
 [ "$rc" = 0 ] || { echo "B: the stream failed (exit $rc)"; tail -5 /tmp/sl-cli.out; exit 1; }
-check_log B
+logs_on_rdma B 1 "$log"
