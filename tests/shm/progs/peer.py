@@ -655,18 +655,24 @@ def _(s, ctl):
     read the request and answered, nothing (a program may wait for 0 before
     it closes). On RDMA the peer's credit for a small read may come much
     later: the bytes placed in its ring are acknowledged."""
+    def drained(what):
+        t = Timer()
+        while outq(s) != 0 and t() < HANG:
+            time.sleep(0.01)
+        expect(outq(s) == 0, f"SIOCOUTQ still {outq(s)} {what}")
+
     s.sendall(data(83, 1000))
+    drained("while the peer has the request unread (the kernel: acknowledged)")
+    ctl.sync("sent")
     expect(recv_exact(s, 10) == b"r" * 10, "the answer is wrong")
-    t = Timer()
-    while outq(s) != 0 and t() < HANG:
-        time.sleep(0.01)
-    expect(outq(s) == 0, f"SIOCOUTQ still {outq(s)} after the peer read and answered")
+    drained("after the peer read and answered")
     ctl.sync("done")
     return {}
 
 
 @_.b
 def _(s, ctl):
+    ctl.sync("sent")
     expect(recv_exact(s, 1000) == data(83, 1000), "the request is wrong")
     s.sendall(b"r" * 10)
     ctl.sync("done")
