@@ -29,6 +29,8 @@
 #include "transport/shm/conn.h"
 #include "transport/shm/proto.h"
 #include "transport/shm/shm.h"
+#include "transport/diag.h"
+#include "transport/local_proof.h"
 
 #define MAX_FDS 2
 /* A caller on the rendezvous gets this long to say HELLO: the accepter
@@ -206,104 +208,31 @@ static void close_fds(int *fds, int nfds)
         close_fd(&fds[i]);
 }
 
-/* The credentials of the process at the other end of CHAN (kernel-given:
- * the caller cannot forge them), if VSOCKET_SHM_PEERS lets its user share
- * rings with us (docs/design/shm-transport.md, "Peers of other users"). */
-static bool peer_cred(int chan, struct ucred *cred)
-{
-    socklen_t len = sizeof(*cred);
-    return vs_real.getsockopt(chan, SOL_SOCKET, SO_PEERCRED, cred, &len) == 0 &&
-           vs_config_peer_allowed(cred->uid);
-}
-
-/* Our part of the proof for a peer of another user, who may not look into
- * our /proc/PID/fd: an O_PATH descriptor of our TCP socket FD. Only a
- * process that may look into our /proc/PID/fd (ours, or one with ptrace
- * read rights over us) can make one. -1 when the peer is of our user. */
-static int proof_fd(int chan, int fd)
-{
-    struct ucred cred;
-    socklen_t len = sizeof(cred);
-    if (vs_real.getsockopt(chan, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 || cred.uid == geteuid())
-        return -1;
-    char path[64];
-    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-    return (int)vs_syscall(SYS_openat, AT_FDCWD, path, O_PATH | O_CLOEXEC);
-}
-
 static bool peer_uid_ok(int chan)
 {
     struct ucred cred;
-    return peer_cred(chan, &cred);
+    return vs_local_peer_cred(chan, &cred);
 }
 
-/* Whether /proc/PID/fdinfo/FD shows a descriptor opened for I/O: an O_PATH
- * one is what anybody allowed to look at /proc/PID/fd can make of someone
- * else's socket, so it proves nothing. */
-static bool fd_is_real(pid_t pid, int fd)
+static int proof_fd(int chan, int fd)
 {
-    char path[64], buf[256];
-    snprintf(path, sizeof(path), "/proc/%d/fdinfo/%d", (int)pid, fd);
-    if (vs_read_small_file(path, buf, sizeof(buf)) < 0)
-        return false;
-    const char *flags = strstr(buf, "flags:");
-    return flags && !(strtoul(flags + 6, NULL, 8) & O_PATH);
+    return vs_local_proof_fd(chan, fd);
 }
 
-/* Whether a failed look into /proc/PID/fd (ERR) means that we may not look
- * (another user's process; with hidepid, invisible), not that the peer
- * named a descriptor it does not have. A process of our own user never
- * gets the weaker proof below. */
-static bool may_not_look(const struct ucred *cred, int err)
-{
-    if (cred->uid == geteuid())
-        return false;
-    if (err == EACCES || err == EPERM)
-        return true;
-    char path[32];
-    snprintf(path, sizeof(path), "/proc/%d", (int)cred->pid);
-    return err == ENOENT && access(path, F_OK) < 0;
-}
-
-/* A peer we may not look into: the descriptor it sent (PROOF, or -1) is
- * one of the socket the kernel reports for the mirrored 4-tuple. */
-static bool proof_by_fd(int proof, uint64_t want)
-{
-    struct stat st;
-    return proof >= 0 && fstat(proof, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_ino == want;
-}
-
-/* The peer says its TCP socket is its fd FD. Proof: the process the kernel
- * names as the caller on CHAN holds, under that number, a real descriptor
- * of the socket that the kernel reports for the mirrored 4-tuple. Nobody
- * else can: /proc/PID/fd of another process yields O_PATH descriptors at
- * most, and passing such a descriptor is not holding the socket. When we
- * may not look (a peer of another user), the O_PATH descriptor it sent
- * (PROOF) must be of that socket: see proof_fd() for who can make one. */
+/* The peer says its TCP socket is its fd FD. Proof (transport/local_proof.h):
+ * the process the kernel names as the caller on CHAN holds, under that
+ * number, a real descriptor of the socket that the kernel reports for the
+ * mirrored 4-tuple, or (another user's) sent PROOF, a descriptor of it. */
 static bool proof_ok(struct vs_shm_conn *c, int chan, uint64_t fd, int proof, const char **why)
 {
-    uint64_t want = vs_shm_diag_inode(&c->peer, &c->local);
+    uint64_t want = vs_diag_tcp(&c->peer, &c->local, NULL);
     /* No socket for the 4-tuple: the peer closed it already (a short
      * connection), nothing to upgrade. */
     *why = want ? VS_REASON_PEER_PROOF_FAILED : VS_REASON_PEER_CLOSED;
-    struct ucred cred;
-    if (!want || !peer_cred(chan, &cred) || fd > INT_MAX)
-        return false;
-    char path[64], link[64];
-    snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)cred.pid, (int)fd);
-    ssize_t n = readlink(path, link, sizeof(link) - 1);
-    unsigned long long ino = 0;
-    if (n > 0) {
-        link[n] = '\0';
-        if (sscanf(link, "socket:[%llu]", &ino) != 1)
-            ino = 0;
-    }
-    if (n < 0 && may_not_look(&cred, errno) && proof_by_fd(proof, want))
-        return true;
-    if (ino == want && fd_is_real(cred.pid, (int)fd))
+    if (vs_local_holds(chan, fd, proof, want))
         return true;
     /* The peer may have closed its socket while we looked. */
-    if (vs_shm_diag_inode(&c->peer, &c->local) == 0)
+    if (want && vs_diag_tcp(&c->peer, &c->local, NULL) == 0)
         *why = VS_REASON_PEER_CLOSED;
     return false;
 }
@@ -335,7 +264,7 @@ static int attach_tx_ring(struct vs_shm_conn *c, int memfd)
  * hang-up) is the peer closing a short connection, not a fault to report. */
 static void decline(struct vs_shm_conn *c, const char *reason)
 {
-    if (vs_shm_diag_inode(&c->peer, &c->local) == 0)
+    if (vs_diag_tcp(&c->peer, &c->local, NULL) == 0)
         reason = VS_REASON_PEER_CLOSED;
     if (c->chan >= 0)
         vs_shm_send_msg(c, VS_MSG_DECLINE, 0, 0);
@@ -383,7 +312,7 @@ static bool peer_called_since_deadline(struct vs_shm_conn *c, int fd)
  * already closed. */
 static void no_answer(struct vs_shm_conn *c)
 {
-    bool open = vs_shm_diag_inode(&c->peer, &c->local) != 0;
+    bool open = vs_diag_tcp(&c->peer, &c->local, NULL) != 0;
     const char *why = c->refusal ? c->refusal : VS_REASON_PEER_NOT_VSOCKET;
     vs_shm_conn_fail(c, open ? why : VS_REASON_PEER_CLOSED);
 }
@@ -404,7 +333,7 @@ static bool listener_is_connector_user(struct vs_shm_conn *c)
         return false;
     if (cred.uid == geteuid())
         return true;
-    return vs_shm_diag(&c->peer, &c->local, &owner) != 0 && owner == cred.uid;
+    return vs_diag_tcp(&c->peer, &c->local, &owner) != 0 && owner == cred.uid;
 }
 
 /* Accepter: call the connector's rendezvous and introduce ourselves. The
