@@ -29,6 +29,7 @@
 #include "transport/shm/conn.h"
 #include "transport/shm/proto.h"
 #include "transport/shm/shm.h"
+#include "transport/addr.h"
 #include "transport/diag.h"
 #include "transport/local_proof.h"
 
@@ -47,27 +48,6 @@ static void close_fd(int *fd)
     *fd = -1;
 }
 
-static size_t format_addr(char *out, size_t len, const struct sockaddr_storage *ss)
-{
-    char host[INET6_ADDRSTRLEN] = "?";
-    unsigned port = 0;
-    if (ss->ss_family == AF_INET) {
-        const struct sockaddr_in *in = (const void *)ss;
-        inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
-        port = ntohs(in->sin_port);
-    } else {
-        const struct sockaddr_in6 *in6 = (const void *)ss;
-        /* A v6 socket speaking to a v4 peer names it v4-mapped: the other
-         * end may be a plain v4 socket, so both must spell it the same. */
-        if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr))
-            inet_ntop(AF_INET, &in6->sin6_addr.s6_addr[12], host, sizeof(host));
-        else
-            inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
-        port = ntohs(in6->sin6_port);
-    }
-    return (size_t)snprintf(out, len, "%s:%u", host, port);
-}
-
 /* The connector's rendezvous; the accepter computes the same name from the
  * mirrored 4-tuple. */
 static socklen_t rendezvous_name(struct vs_shm_conn *c, struct sockaddr_un *un)
@@ -79,9 +59,9 @@ static socklen_t rendezvous_name(struct vs_shm_conn *c, struct sockaddr_un *un)
     char *p = un->sun_path + 1;
     size_t room = sizeof(un->sun_path) - 1;
     size_t n = (size_t)snprintf(p, room, "%s", VS_SHM_RENDEZVOUS_PREFIX);
-    n += format_addr(p + n, room - n, conn_side);
+    n += vs_addr_format(p + n, room - n, conn_side);
     n += (size_t)snprintf(p + n, room - n, "/");
-    n += format_addr(p + n, room - n, acc_side);
+    n += vs_addr_format(p + n, room - n, acc_side);
     return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
 }
 
