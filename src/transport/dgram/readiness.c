@@ -1,7 +1,7 @@
-/* readiness.c - a datagram socket's readiness. Without shm (or before its
- * first use) it is the kernel socket's own: translated() says so, and
- * poll, select and epoll ask nothing else. A socket on shm is watched
- * through its kernel socket and its watch set (udp_shm.h: the eventfd its
+/* readiness.c - a datagram socket's readiness. Without shm it is the
+ * kernel socket's own: translated() says so, and poll, select and epoll ask
+ * nothing else. A socket that may take shm is watched through its kernel
+ * socket and, from its first use, its watch set (udp_shm.h: the eventfd its
  * producers ring, its rendezvous and its pairs' sockets), and POLLIN also
  * comes from a ring with a datagram. */
 #include <poll.h>
@@ -16,9 +16,12 @@ static struct vs_udp_sock *watched(struct vs_sock *s)
     return u && u->news >= 0 ? u : NULL;
 }
 
+/* From socket() on, not from the first use: a server puts its socket in
+ * an epoll set before it receives anything, and a registration made while
+ * the socket was the kernel's alone would never hear of a ring. */
 bool vs_dgram_translated(struct vs_sock *s)
 {
-    return watched(s) != NULL;
+    return vs_udp_of(s) != NULL;
 }
 
 unsigned vs_dgram_tcp_interest(struct vs_sock *s, unsigned user)
