@@ -207,7 +207,6 @@ static void recount(struct vs_udp_sock *u)
                                : u->off ? u->off
                                         : VS_REASON_UDP);
     u->up = up;
-    vs_udp_bump(u);
 }
 
 void vs_udp_pair_down(struct vs_udp_sock *u, int slot, const char *reason)
@@ -419,7 +418,7 @@ static void call(struct vs_udp_sock *u, int fd, int slot, struct vs_udp_pair *p)
 void vs_udp_sent_on_kernel(struct vs_udp_sock *u, int fd, const struct sockaddr_storage *peer)
 {
     vs_udp_use(u, fd);
-    if (u->news < 0)
+    if (!u->used || u->off)
         return;
     int slot;
     struct vs_udp_pair *p = vs_udp_pair_for(u, peer, true, &slot);

@@ -72,7 +72,6 @@ static bool ready(struct vs_udp_sock *u, int slot)
         return false;
     if (p->draining && p->rx.pos >= p->cut) {
         free_rx(u, p);
-        vs_udp_bump(u);
         return false;
     }
     ssize_t n = vs_dgram_next_len(&p->rx);
@@ -85,7 +84,6 @@ static bool ready(struct vs_udp_sock *u, int slot)
          * the break: its framing cannot be trusted any more. */
         vs_udp_pair_down(u, slot, "the peer wrote a malformed datagram ring");
         free_rx(u, p);
-        vs_udp_bump(u);
         return false;
     }
     /* The writer closed (-EPIPE) or a torn-down ring ran dry. */
@@ -93,7 +91,6 @@ static bool ready(struct vs_udp_sock *u, int slot)
         vs_udp_pair_down(u, slot, VS_REASON_PEER_LEFT);
     if (n != -EAGAIN || p->draining)
         free_rx(u, p);
-    vs_udp_bump(u);
     return false;
 }
 

@@ -34,15 +34,21 @@ struct vs_udp_sock *vs_udp_new(int fd, int family, struct vs_stats_record *stat)
 {
     (void)fd;
     struct vs_udp_sock *u = calloc(1, sizeof(*u));
-    if (!u)
+    /* The watch fd from the start, never another: a poll or epoll
+     * registration made before the first use must hear of rings too. */
+    int ep = u ? (int)vs_syscall(SYS_epoll_create1, EPOLL_CLOEXEC) : -1;
+    if (ep < 0) {
+        free(u);
         return NULL;
+    }
     pthread_mutex_init(&u->lock, NULL);
     if (!my_pid)
         my_pid = getpid();
     u->pid = my_pid;
     u->family = family;
     u->stat = stat;
-    u->listener = u->event = u->news = u->page_fd = -1;
+    u->listener = u->event = u->page_fd = -1;
+    u->news = vs_udp_own(u, ep);
     for (int i = 0; i < VS_UDP_CALLERS; i++)
         u->caller[i] = -1;
     u->peek = -1;
@@ -177,9 +183,7 @@ void vs_udp_use(struct vs_udp_sock *u, int fd)
         return;
     u->used = u->bound = true;
     vs_udp_budget(u, fd);
-    int ep = (int)vs_syscall(SYS_epoll_create1, EPOLL_CLOEXEC);
     int ev = (int)vs_syscall(SYS_eventfd2, 0, EFD_NONBLOCK | EFD_CLOEXEC);
-    u->news = vs_udp_own(u, ep);
     u->event = vs_udp_own(u, ev);
     if (u->news < 0 || u->event < 0 || make_page(u) < 0) {
         vs_info("udp shm: no descriptors for the set-up: this socket stays on the kernel");
@@ -188,7 +192,6 @@ void vs_udp_use(struct vs_udp_sock *u, int fd)
     }
     vs_udp_watch(u, u->event, VS_UDP_TAG_EVENT, false);
     listen_at_bound(u);
-    vs_udp_bump(u);
 }
 
 struct vs_udp_pair *vs_udp_pair_at(struct vs_udp_sock *u, int slot)

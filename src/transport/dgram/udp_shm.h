@@ -100,8 +100,8 @@ struct vs_udp_sock {
     bool connected;
     struct sockaddr_storage conn;
     long next_service_ns;
-    uint64_t budget; /* the ring's capacity: the effective SO_RCVBUF */
-    _Atomic uint32_t gen;
+    uint64_t budget;          /* the ring's capacity: the effective SO_RCVBUF */
+    _Atomic uint32_t gen;     /* bumped when the socket leaves shm (translated() changes) */
     _Atomic uint64_t rx_gone; /* datagram bytes of rings freed (rx_mark) */
 };
 
