@@ -21,6 +21,9 @@ import socket
 import struct
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from scenarios import MSG_WAITFORONE, c_addr, recvmmsg, sendmmsg  # noqa: E402
+
 HANG = 120.0
 OBS: list = []
 
@@ -30,8 +33,11 @@ def note(label: str, value) -> None:
 
 
 def udp(family=socket.AF_INET, bind=None):
+    """A blocking socket whose receives give up after HANG (SO_RCVTIMEO, not
+    Python's timeout: that makes the descriptor non-blocking and polls
+    before each call, which libc's recvmmsg and MSG_DONTWAIT would see)."""
     s = socket.socket(family, socket.SOCK_DGRAM)
-    s.settimeout(HANG)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", int(HANG), 0))
     if bind:
         s.bind(bind)
     return s
@@ -54,7 +60,9 @@ def wait_child(pid) -> int:
 
 
 def warm_up(sock, peer, rounds, first):
-    """ROUNDS ping-pongs with PEER: enough for a pair to come up. FIRST: we send first."""
+    """ROUNDS ping-pongs with PEER: enough for a pair to come up. FIRST: we
+    send first. The other side's port."""
+    src = peer
     for i in range(rounds):
         if first:
             sock.sendto(b"ping %d" % i, peer)
@@ -64,6 +72,7 @@ def warm_up(sock, peer, rounds, first):
             data, src = sock.recvfrom(100)
             assert data == b"ping %d" % i, data
             sock.sendto(b"pong %d" % i, src)
+    return src[1]
 
 
 # --------------------------------------------------------------- scenarios
@@ -238,7 +247,6 @@ def scenario_semantics():
     data = r.recv(70000)
     note("60000 bytes", [len(data), data == b"x" * 60000])
     note("trunc: full length", r.recv_into(bytearray(2), 2, socket.MSG_TRUNC))
-    r.settimeout(None)  # with a timeout, Python would poll before the recv
     try:
         r.recv(100, socket.MSG_DONTWAIT)
         note("empty", "got one")
@@ -246,6 +254,96 @@ def scenario_semantics():
         note("empty", "EAGAIN")
     r.sendto(b"bye", src)
     note("sender", wait_child(pid))
+    r.close()
+
+
+def scenario_mmsg():
+    """sendmmsg/recvmmsg on a pair: names, zero-length entries, MSG_TRUNC in
+    msg_flags, MSG_WAITFORONE."""
+    r = udp(bind=("127.0.0.1", 0))
+    dest = r.getsockname()
+    payloads = [b"one", b"", b"three", b"x" * 1000, b"five"]
+
+    def sender():
+        s = udp(bind=("127.0.0.1", 0))
+        warm_up(s, dest, 64, True)
+        if sendmmsg(s, payloads, c_addr(socket.AF_INET, *dest))[0] != 5:
+            return 2
+        sendmmsg(s, [b"a" * 10, b"b" * 3], c_addr(socket.AF_INET, *dest))
+        s.connect(dest)
+        sendmmsg(s, [b"c1", b"c2"], None)
+        code = 0 if s.recv(100) == b"bye" else 3
+        s.close()
+        return code
+
+    pid = run_child(sender)
+    sport = warm_up(r, None, 64, False)
+    got = []
+    while len(got) < len(payloads):
+        n, part = recvmmsg(r, len(payloads) - len(got), 2048, MSG_WAITFORONE)
+        assert isinstance(n, int), n
+        got += part
+    note("recvmmsg", [[len(d), fam, p == sport, fl, nl] for d, fam, p, fl, nl in got])
+    got = []
+    while len(got) < 2:
+        got += recvmmsg(r, 2 - len(got), 4, MSG_WAITFORONE)[1]
+    note("truncated entries", [[d.decode(), fl & socket.MSG_TRUNC != 0] for d, _, _, fl, _ in got])
+    got = []
+    while len(got) < 2:
+        got += recvmmsg(r, 2 - len(got), 64, MSG_WAITFORONE)[1]
+    note("connected got", [d.decode() for d, *_ in got])
+    note("empty, non-blocking", recvmmsg(r, 4, 64, socket.MSG_DONTWAIT)[0])
+    r.sendto(b"bye", ("127.0.0.1", sport))
+    note("sender", wait_child(pid))
+    r.close()
+
+
+def scenario_connect():
+    """A receiver with pairs up with two peers connects to one: the other's
+    datagrams sent after are not heard; one it sent before still is (the
+    kernel keeps what it queued before a connect). The steps are ordered by
+    pipes, not by the sockets."""
+    r = udp(bind=("127.0.0.1", 0))
+    dest = r.getsockname()
+    steps = {"a": os.pipe(), "b": os.pipe()}
+    done = os.pipe()
+
+    def peer(name, says):
+        def run():
+            s = udp(bind=("127.0.0.1", 0))
+            warm_up(s, dest, 64, True)
+            for text in says:
+                os.read(steps[name][0], 1)
+                s.sendto(text, dest)
+                os.write(done[1], b"x")
+            s.close()
+            return 0
+        return run
+
+    a = run_child(peer("a", [b"a heard"]))
+    port_a = warm_up(r, None, 64, False)
+    b = run_child(peer("b", [b"b early", b"b unheard", b"b unheard too"]))
+    warm_up(r, None, 64, False)
+
+    def step(name):
+        os.write(steps[name][1], b"x")
+        os.read(done[0], 1)
+
+    step("b")  # b early: queued before the connect
+    r.connect(("127.0.0.1", port_a))
+    step("b")  # b unheard: after it
+    step("a")
+    # Two peers' datagrams: UDP gives no order between senders (on shm each
+    # has its ring), so the set is what counts.
+    note("queued before connect, and the connected peer's",
+         sorted([r.recv(100).decode(), r.recv(100).decode()]))
+    try:
+        r.recv(100, socket.MSG_DONTWAIT)
+        note("then", "a datagram")
+    except BlockingIOError:
+        note("then", "nothing")
+    step("b")  # b's last: not heard either
+    note("peers", [wait_child(a), wait_child(b)])
     r.close()
 
 
