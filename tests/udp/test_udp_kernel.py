@@ -68,14 +68,6 @@ def observations(out: subprocess.CompletedProcess, what: str) -> list:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-@pytest.fixture
-def vs_env(tmp_path):
-    stats = tmp_path / "stats"
-    stats.mkdir()
-    return {"VSOCKET_STATS_DIR": str(stats), "VSOCKET_LOG_LEVEL": "debug",
-            "VSOCKET_LOG_FILE": str(tmp_path / "vsocket.log")}
-
-
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_same_as_kernel(name, vs_env, tmp_path):
     plain = observations(run([PYTHON, str(PROG), name]), f"{name} without vsocket")

@@ -68,14 +68,6 @@ def observations(argv, env=None) -> list:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-@pytest.fixture
-def vs_env(tmp_path):
-    stats = tmp_path / "stats"
-    stats.mkdir()
-    return {"VSOCKET_STATS_DIR": str(stats), "VSOCKET_LOG_LEVEL": "debug",
-            "VSOCKET_LOG_FILE": str(tmp_path / "vsocket.log")}
-
-
 def same_as_plain(prog, name, env, tmp_path) -> str:
     plain = observations([PYTHON, str(prog), name])
     for label, value in EXPECT[name].items():

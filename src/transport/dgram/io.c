@@ -153,11 +153,13 @@ ssize_t vs_dgram_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flag
     lock(u);
     vs_udp_use(u, fd);
     maybe_service(u, fd);
-    if (!u->live) {
+    bool nonblock = (flags & MSG_DONTWAIT) || vs_fd_nonblocking(fd);
+    /* Nothing off the kernel: the kernel's call, unless it would sleep
+     * there while a peer calls our rendezvous (a sleep here wakes for it). */
+    if (!u->live && (nonblock || u->listener < 0)) {
         unlock(u);
         return vs_real.recvmsg(fd, msg, flags);
     }
-    bool nonblock = (flags & MSG_DONTWAIT) || vs_fd_nonblocking(fd);
     struct vs_blocking b = {.opt = SO_RCVTIMEO};
     ssize_t n;
     for (;;) {

@@ -35,6 +35,7 @@
 #include "transport/dgram/udp_shm.h"
 #include "transport/diag.h"
 #include "transport/local_proof.h"
+#include "transport/unix_msg.h"
 
 #define MAX_FDS 3
 /* A caller gets this long to say HELLO. */
@@ -116,25 +117,8 @@ static bool on_this_host(const struct sockaddr_storage *addr)
 static bool send_hs(int chan, const struct vs_udp_hs *m, const int *fds, int nfds)
 {
     uint8_t buf[VS_UDP_HS_LEN];
-    if (vs_udp_hs_encode(m, buf) != VS_UDP_HS_LEN)
-        return false;
-    struct iovec iov = {buf, sizeof(buf)};
-    union {
-        struct cmsghdr h;
-        char buf[CMSG_SPACE(MAX_FDS * sizeof(int))];
-    } ctl;
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-    if (nfds > 0) {
-        memset(&ctl, 0, sizeof(ctl));
-        mh.msg_control = ctl.buf;
-        mh.msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int));
-        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-        cm->cmsg_level = SOL_SOCKET;
-        cm->cmsg_type = SCM_RIGHTS;
-        cm->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
-        memcpy(CMSG_DATA(cm), fds, (size_t)nfds * sizeof(int));
-    }
-    return vs_real.sendmsg(chan, &mh, MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)sizeof(buf);
+    return vs_udp_hs_encode(m, buf) == VS_UDP_HS_LEN &&
+           vs_unix_send(chan, buf, sizeof(buf), fds, nfds);
 }
 
 static void close_fds(int *fds, int nfds)
@@ -150,31 +134,11 @@ static int recv_hs(int chan, const struct sockaddr_storage *bound, struct vs_udp
                    int *nfds)
 {
     uint8_t buf[VS_UDP_HS_LEN + 1];
-    union {
-        struct cmsghdr h;
-        char buf[CMSG_SPACE(8 * sizeof(int))];
-    } ctl;
-    struct iovec iov = {buf, sizeof(buf)};
-    struct msghdr mh = {
-        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof(ctl)};
-    ssize_t n = vs_real.recvmsg(chan, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    int flags = 0;
+    ssize_t n = vs_unix_recv(chan, buf, sizeof(buf), fds, MAX_FDS, nfds, &flags);
     if (n < 0)
         return errno == EAGAIN || errno == EINTR ? 0 : -1;
-    *nfds = 0;
-    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
-        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-            continue;
-        size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        for (size_t i = 0; i < k; i++) {
-            int fd;
-            memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
-            if (*nfds < MAX_FDS)
-                fds[(*nfds)++] = fd;
-            else
-                vs_syscall(SYS_close, fd);
-        }
-    }
-    if (n == 0 || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ||
+    if (n == 0 || (flags & (MSG_TRUNC | MSG_CTRUNC)) ||
         vs_udp_hs_parse(buf, (size_t)n, bound, m) != VS_UDP_OK) {
         close_fds(fds, *nfds);
         *nfds = 0;

@@ -32,6 +32,7 @@
 #include "transport/addr.h"
 #include "transport/diag.h"
 #include "transport/local_proof.h"
+#include "transport/unix_msg.h"
 
 #define MAX_FDS 2
 /* A caller on the rendezvous gets this long to say HELLO: the accepter
@@ -99,27 +100,7 @@ int vs_shm_event_fd(struct vs_shm_conn *c)
 static int send_with_fds(struct vs_shm_conn *c, const struct vs_shm_msg *m, const int *fds,
                          int nfds)
 {
-    struct iovec iov = {.iov_base = (void *)m, .iov_len = sizeof(*m)};
-    union {
-        struct cmsghdr h;
-        char buf[CMSG_SPACE(MAX_FDS * sizeof(int))];
-    } ctl;
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-    if (nfds > 0) {
-        memset(&ctl, 0, sizeof(ctl));
-        mh.msg_control = ctl.buf;
-        mh.msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int));
-        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-        cm->cmsg_level = SOL_SOCKET;
-        cm->cmsg_type = SCM_RIGHTS;
-        cm->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
-        memcpy(CMSG_DATA(cm), fds, (size_t)nfds * sizeof(int));
-    }
-    int chan = vs_shm_fd(c, c->chan);
-    if (chan < 0)
-        return -1;
-    ssize_t n = vs_real.sendmsg(chan, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
-    return n == (ssize_t)sizeof(*m) ? 0 : -1;
+    return vs_unix_send(vs_shm_fd(c, c->chan), m, sizeof(*m), fds, nfds) ? 0 : -1;
 }
 
 static struct vs_shm_msg make_msg(uint16_t type, uint64_t arg, uint64_t arg2)
@@ -135,57 +116,37 @@ void vs_shm_send_msg(struct vs_shm_conn *c, uint16_t type, uint64_t arg, uint64_
     send_with_fds(c, &m, NULL, 0);
 }
 
+static void close_fds(int *fds, int nfds)
+{
+    for (int i = 0; i < nfds; i++)
+        close_fd(&fds[i]);
+}
+
 /* One message and its descriptors. 1 on success, 0 when none is waiting,
  * -1 when the channel is closed or the message is malformed (the
  * descriptors of a malformed message are closed). */
 static int recv_msg(int chan, struct vs_shm_msg *m, int *fds, int *nfds)
 {
-    union {
-        struct cmsghdr h;
-        char buf[CMSG_SPACE(4 * sizeof(int))];
-    } ctl;
-    struct iovec iov = {.iov_base = m, .iov_len = sizeof(*m)};
-    struct msghdr mh = {.msg_iov = &iov,
-                        .msg_iovlen = 1,
-                        .msg_control = ctl.buf,
-                        .msg_controllen = sizeof(ctl.buf)};
-    ssize_t n = vs_real.recvmsg(chan, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    int flags = 0;
+    ssize_t n = vs_unix_recv(chan, m, sizeof(*m), fds, MAX_FDS, nfds, &flags);
     /* A peer that closed the channel with our messages unread resets it
      * (an exec'ing peer that declined): the error comes first, and what the
      * peer sent before closing still waits behind it. */
     if (n < 0 && errno == ECONNRESET)
-        n = vs_real.recvmsg(chan, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+        n = vs_unix_recv(chan, m, sizeof(*m), fds, MAX_FDS, nfds, &flags);
     if (n < 0)
         return errno == EAGAIN || errno == EINTR ? 0 : -1;
-    if (n == 0)
+    if (n == 0) {
+        close_fds(fds, *nfds);
+        *nfds = 0;
         return -2; /* the peer hung up */
-    *nfds = 0;
-    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
-        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-            continue;
-        size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        for (size_t i = 0; i < k; i++) {
-            int fd;
-            memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
-            if (*nfds < MAX_FDS)
-                fds[(*nfds)++] = fd;
-            else
-                vs_syscall(SYS_close, fd);
-        }
     }
-    if (!vs_shm_msg_ok(m, (size_t)n, mh.msg_flags)) {
-        for (int i = 0; i < *nfds; i++)
-            close_fd(&fds[i]);
+    if (!vs_shm_msg_ok(m, (size_t)n, flags)) {
+        close_fds(fds, *nfds);
         *nfds = 0;
         return -1;
     }
     return 1;
-}
-
-static void close_fds(int *fds, int nfds)
-{
-    for (int i = 0; i < nfds; i++)
-        close_fd(&fds[i]);
 }
 
 static bool peer_uid_ok(int chan)

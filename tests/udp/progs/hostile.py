@@ -12,24 +12,20 @@ The last line of stdout is the observations, as JSON.
 
 from __future__ import annotations
 
-import json
 import mmap
 import os
 import socket
 import struct
 import sys
 
-HANG = 120.0
-OBS: list = []
-
-
-def note(label, value):
-    OBS.append([label, value])
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pairs import HANG, main, note  # noqa: E402
+from pairs import run_child as fork  # noqa: E402
 
 
 def udp(bind=("127.0.0.1", 0)):
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.settimeout(HANG)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", int(HANG), 0))
     s.bind(bind)
     return s
 
@@ -46,17 +42,6 @@ def wire_addr(addr) -> bytes:
 def hs(kind, fd, frm=None, to=None) -> bytes:
     body = wire_addr(frm) + wire_addr(to) if frm else b"\0" * 40
     return b"VSUS" + bytes([1, kind, 0, 0]) + struct.pack("<Q", fd) + body
-
-
-def fork(fn):
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            code = fn()
-        finally:
-            os._exit(code)
-    return pid
 
 
 def scenario_squatter():
@@ -162,18 +147,15 @@ def scenario_ring():
         return 0 if h.recv(100) == b"heard" else 2
 
     pid = fork(hostile)
-    r.settimeout(None)  # with a timeout, Python would poll before the recv
     try:
         r.recv(100, socket.MSG_DONTWAIT)  # the first use: the rendezvous opens
     except BlockingIOError:
         pass
-    r.settimeout(HANG)
     os.write(ready_w, b"x")
     data, src = r.recvfrom(100)
     note("received", data.decode())
     r.sendto(b"heard", src)
     note("hostile", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
-    r.settimeout(None)
     try:
         r.recv(100, socket.MSG_DONTWAIT)
         note("then", "a datagram")
@@ -181,14 +163,5 @@ def scenario_ring():
         note("then", "nothing")
 
 
-def main():
-    names = sorted(n[len("scenario_"):] for n in globals() if n.startswith("scenario_"))
-    if sys.argv[1:] == ["--list"]:
-        print("\n".join(names))
-        return
-    globals()["scenario_" + sys.argv[1]]()
-    print(json.dumps(OBS))
-
-
 if __name__ == "__main__":
-    main()
+    main(globals())

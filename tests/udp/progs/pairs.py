@@ -347,12 +347,14 @@ def scenario_connect():
     r.close()
 
 
-def main():
-    names = sorted(n[len("scenario_"):] for n in globals() if n.startswith("scenario_"))
+def main(scope=None):
+    """Runs the scenario argv names among SCOPE's (a module's globals)."""
+    scope = scope or globals()
+    names = sorted(n[len("scenario_"):] for n in scope if n.startswith("scenario_"))
     if sys.argv[1:] == ["--list"]:
         print("\n".join(names))
         return
-    globals()["scenario_" + sys.argv[1]]()
+    scope["scenario_" + sys.argv[1]]()
     print(json.dumps(OBS))
 
 
