@@ -122,3 +122,34 @@ def test_hostile_ring(vs_env, tmp_path):
     peer's next datagram (by the kernel) is received; nothing else is."""
     log = same_as_plain(HOSTILE, "ring", {**vs_env, **SHM}, tmp_path)
     assert "on the kernel from now on: the peer wrote a malformed datagram ring" in log, log[-2000:]
+
+
+def free_udp_port() -> int:
+    import socket
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_sockperf_ping_pong_on_shm(vs_env, tmp_path):
+    """A real program: sockperf's UDP ping-pong, server and client under
+    vsocket, completes with its figures, on the rings (the log's counts)."""
+    env = {**os.environ, **vs_env, **SHM}
+    port = str(free_udp_port())
+    server = subprocess.Popen([str(VSOCKET), "run", "--", "sockperf", "server", "-i", "127.0.0.1",
+                               "-p", port], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, env=env)
+    try:
+        # The client retries its warm-up until the server answers.
+        out = subprocess.run([str(VSOCKET), "run", "--", "sockperf", "ping-pong", "-i", "127.0.0.1",
+                              "-p", port, "-m", "64", "-t", "2"], capture_output=True, text=True,
+                             timeout=HANG, env=env)
+    finally:
+        server.terminate()
+        server.communicate(timeout=HANG)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert re.search(r"avg-latency=\d", out.stdout + out.stderr), out.stdout + out.stderr
+    log = (tmp_path / "vsocket.log").read_text(errors="replace")
+    assert len(set(re.findall(r"vsocket\[(\d+)\] debug: udp shm: pair with \S+ up", log))) == 2, log[-3000:]
+    ended = RING.findall(log)
+    assert ended and all(int(received) > 1000 for *_, received in ended), log[-3000:]
