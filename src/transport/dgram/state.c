@@ -267,6 +267,7 @@ void vs_udp_free(struct vs_udp_sock *u)
         if (ours)
             vs_udp_pair_down(u, (int)i, NULL);
         forget_pair(u, p);
+        u->pair[i] = NULL; /* the next pair's end counts those left */
         free(p);
     }
     for (int i = 0; i < VS_UDP_CALLERS; i++)
