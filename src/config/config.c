@@ -37,6 +37,8 @@ const char *const vs_config_variables[] = {
     "VSOCKET_RDMA_FORK_LEAVE",
     "VSOCKET_RDMA_SPILL_MS",
     "VSOCKET_UDP",
+    "VSOCKET_UDP_SHM",
+    "VSOCKET_UDP_UPGRADE_AFTER_DGRAMS",
     NULL,
 };
 
@@ -63,6 +65,7 @@ void vs_config_defaults(struct vs_config *c)
     c->rdma_zcopy = VS_RDMA_ZCOPY_DEFAULT;
     c->rdma_spill_ms = VS_RDMA_SPILL_MS_DEFAULT;
     c->udp = true;
+    c->udp_upgrade_after = VS_UDP_UPGRADE_AFTER_DEFAULT;
 }
 
 void vs_config_format_transports(unsigned mask, char *out, size_t outlen)
@@ -380,4 +383,7 @@ void vs_config_load(struct vs_config *c)
     load_shm(c);
     load_rdma(c);
     load_bool("VSOCKET_UDP", &c->udp);
+    load_bool("VSOCKET_UDP_SHM", &c->udp_shm);
+    load_uint("VSOCKET_UDP_UPGRADE_AFTER_DGRAMS", 1, VS_UDP_UPGRADE_AFTER_MAX,
+              &c->udp_upgrade_after);
 }

@@ -66,6 +66,10 @@ enum vs_peer_policy { VS_PEERS_ANY, VS_PEERS_SAME_UID, VS_PEERS_LIST };
 #define VS_RDMA_SPILL_MS_MAX 600000ul
 #define VS_RDMA_PEER_CACHE_S_DEFAULT 60ul
 #define VS_RDMA_PEER_CACHE_S_MAX 86400ul
+/* A pair of UDP sockets moves off the kernel after this many datagrams
+ * (docs/design/udp.md §3.5): one-shot exchanges never pay for the set-up. */
+#define VS_UDP_UPGRADE_AFTER_DEFAULT 16ul
+#define VS_UDP_UPGRADE_AFTER_MAX 1000000ul
 /* VSOCKET_FD_FLOOR: where vsocket's own descriptors go (core/ownfd.h). */
 #define VS_FD_FLOOR_MAX 1048576ul
 
@@ -95,6 +99,10 @@ struct vs_config {
     bool rdma_fork_leave;            /* VSOCKET_RDMA_FORK_LEAVE: leave RDMA before fork */
     unsigned long rdma_spill_ms;     /* VSOCKET_RDMA_SPILL_MS: a stalled writer leaves RDMA */
     bool udp; /* VSOCKET_UDP: the datagram layer takes UDP sockets (docs/design/udp.md) */
+    /* VSOCKET_UDP_SHM: UDP between processes of this host over shared
+     * memory (udp.md §7); experimental, off until step 3 is whole. */
+    bool udp_shm;
+    unsigned long udp_upgrade_after; /* VSOCKET_UDP_UPGRADE_AFTER_DGRAMS */
 };
 
 extern struct vs_config vs_config;

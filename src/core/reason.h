@@ -20,6 +20,10 @@
 #define VS_REASON_UDP "udp-on-kernel"
 /* VSOCKET_UDP=off: UDP sockets are left to the kernel alone. */
 #define VS_REASON_UDP_DISABLED "udp-disabled"
+/* The program set an option shm does not give as the kernel does yet
+ * (IP_PKTINFO, timestamps, SO_REUSEPORT, UDP_CORK...): the socket stays on
+ * the kernel (docs/design/udp.md §6). */
+#define VS_REASON_UDP_OPTION "udp-option"
 /* A connection inherited through exec (its rings, if any, were left before exec). */
 #define VS_REASON_INHERITED "inherited"
 /* The peer is on another host (the shm transport serves this host only). */

@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <linux/sockios.h>
+#include <string.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
@@ -189,7 +190,9 @@ VS_EXPORT int ioctl(int fd, unsigned long request, ...)
         if (s)
             vs_sock_put(s);
         if (ours) {
-            *(int *)arg = value;
+            /* The program's buffer need not be aligned (Python's
+             * fcntl.ioctl passes a bytes object's). */
+            memcpy(arg, &value, sizeof(value));
             return 0;
         }
     }

@@ -2,6 +2,7 @@
 #include "transport/addr.h"
 
 #include <arpa/inet.h>
+#include <stdio.h>
 #include <netinet/in.h>
 #include <string.h>
 
@@ -44,4 +45,25 @@ bool vs_addr_same_ip(const struct sockaddr *a, const struct sockaddr *b)
                ((const struct sockaddr_in *)b)->sin_addr.s_addr;
     return memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
                   &((const struct sockaddr_in6 *)b)->sin6_addr, sizeof(struct in6_addr)) == 0;
+}
+
+size_t vs_addr_format(char *out, size_t len, const struct sockaddr_storage *ss)
+{
+    char host[INET6_ADDRSTRLEN] = "?";
+    unsigned port = 0;
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *in = (const void *)ss;
+        inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+        port = ntohs(in->sin_port);
+    } else {
+        const struct sockaddr_in6 *in6 = (const void *)ss;
+        /* A v6 socket speaking to a v4 peer names it v4-mapped: the other
+         * end may be a plain v4 socket, so both must spell it the same. */
+        if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr))
+            inet_ntop(AF_INET, &in6->sin6_addr.s6_addr[12], host, sizeof(host));
+        else
+            inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+        port = ntohs(in6->sin6_port);
+    }
+    return (size_t)snprintf(out, len, "%s:%u", host, port);
 }

@@ -22,4 +22,8 @@ bool vs_addr_loopback(const struct sockaddr_storage *ss);
  * NULL. */
 bool vs_addr_same_ip(const struct sockaddr *a, const struct sockaddr *b);
 
+/* SS as "address:port" (an IPv4 peer of an IPv6 socket as IPv4, so that
+ * both ends spell it the same) into OUT; the length snprintf gives. */
+size_t vs_addr_format(char *out, size_t len, const struct sockaddr_storage *ss);
+
 #endif

@@ -68,20 +68,17 @@ def observations(out: subprocess.CompletedProcess, what: str) -> list:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-@pytest.fixture
-def vs_env(tmp_path):
-    stats = tmp_path / "stats"
-    stats.mkdir()
-    return {"VSOCKET_STATS_DIR": str(stats), "VSOCKET_LOG_LEVEL": "debug",
-            "VSOCKET_LOG_FILE": str(tmp_path / "vsocket.log")}
-
-
+# With VSOCKET_UDP_SHM too: these scenarios' pairs never live long enough
+# to leave the kernel, but every socket then goes through the shm state,
+# its rendezvous and its translated readiness, which must change nothing.
+@pytest.mark.parametrize("shm", [False, True], ids=["udp", "udp-shm-on"])
 @pytest.mark.parametrize("name", SCENARIOS)
-def test_same_as_kernel(name, vs_env, tmp_path):
+def test_same_as_kernel(name, shm, vs_env, tmp_path):
     plain = observations(run([PYTHON, str(PROG), name]), f"{name} without vsocket")
     for label, value in EXPECT.get(name, {}).items():
         assert [label, value] in plain, f"{name}: without vsocket, {label!r} is not {value!r}: {plain}"
-    under = observations(run([str(VSOCKET), "run", "--", PYTHON, str(PROG), name], vs_env),
+    env = {**vs_env, "VSOCKET_UDP_SHM": "1"} if shm else vs_env
+    under = observations(run([str(VSOCKET), "run", "--", PYTHON, str(PROG), name], env),
                          f"{name} under vsocket")
     assert under == plain
     log = (tmp_path / "vsocket.log").read_text(errors="replace")

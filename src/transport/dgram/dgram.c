@@ -2,13 +2,20 @@
  * them (connect, bind, options), and its table (docs/design/udp.md §1,
  * §10). The layer takes a UDP socket at socket(), or when an inherited one
  * is first seen, so that every call on it from then on passes through
- * s->ops. Every peer is on the kernel for now: the hooks note nothing yet,
- * the data path passes calls on (kernel_path.c), and readiness is the
- * kernel socket's (readiness.c). */
+ * s->ops. With VSOCKET_UDP_SHM on, a socket also gets a state for peers on
+ * this host (udp_shm.h); the data path (io.c) and readiness (readiness.c)
+ * are the kernel socket's until a pair is off the kernel. */
+#include <netinet/in.h>
+#include <netinet/udp.h>
+#include <unistd.h>
+
+#include "base/real.h"
 #include "config/config.h"
 #include "config/log.h"
+#include "core/reason.h"
 #include "transport/dgram/dgram.h"
 #include "transport/dgram/ops.h"
+#include "transport/dgram/udp_shm.h"
 
 /* A socket the layer may one day carry off the kernel: UDP on, and a
  * transport other than the kernel allowed. Otherwise s->ops stays NULL and
@@ -21,16 +28,27 @@ static void on_socket(struct vs_sock *s, int fd)
         return;
     s->ops = &vs_dgram_ops;
     s->conn = NULL;
-    vs_debug("fd %d: udp socket on the datagram layer (every peer on the kernel)", fd);
+    if (vs_config.udp_shm && (vs_config.transports & VS_TRANSPORT_BIT(VS_TRANSPORT_SHM)))
+        s->conn = vs_udp_new(fd, s->family, s->stat);
+    vs_debug("fd %d: udp socket on the datagram layer (%s)", fd,
+             s->conn ? "peers on this host may take shm" : "every peer on the kernel");
 }
 
 /* PEER is the program's; AF_UNSPEC dissolved the association (the kernel
  * accepted the call). */
 static void on_connect(struct vs_sock *s, int fd, const struct sockaddr *peer, socklen_t len)
 {
-    (void)s;
     bool unspec = peer && len >= sizeof(sa_family_t) && peer->sa_family == AF_UNSPEC;
     vs_debug("fd %d: udp %s", fd, unspec ? "association dissolved" : "connected");
+    struct vs_udp_sock *u = vs_udp_of(s);
+    if (!u)
+        return;
+    struct sockaddr_storage to;
+    socklen_t tolen = sizeof(to);
+    bool known = !unspec && vs_real.getpeername(fd, (void *)&to, &tolen) == 0;
+    pthread_mutex_lock(&u->lock);
+    vs_udp_connected(u, known ? &to : NULL);
+    pthread_mutex_unlock(&u->lock);
 }
 
 static void on_accept(struct vs_sock *s, int fd)
@@ -47,13 +65,42 @@ static void on_bind(struct vs_sock *s, int fd, const struct sockaddr *addr, sock
     vs_debug("fd %d: udp bound", fd);
 }
 
+/* Options whose effect shm gives as the kernel does (or that only matter
+ * for destinations that stay on the kernel). Any other (IP_PKTINFO,
+ * timestamps, SO_REUSEPORT, UDP_CORK, ...) keeps the socket on the kernel
+ * for now (udp.md §6: those that can be synthesized come later). */
+static bool shm_keeps(int level, int name)
+{
+    if (level == SOL_SOCKET)
+        return name == SO_RCVBUF || name == SO_SNDBUF || name == SO_RCVBUFFORCE ||
+               name == SO_SNDBUFFORCE || name == SO_REUSEADDR || name == SO_RCVTIMEO ||
+               name == SO_SNDTIMEO || name == SO_BROADCAST || name == SO_PRIORITY ||
+               name == SO_KEEPALIVE || name == SO_LINGER;
+    if (level == IPPROTO_IP)
+        return name == IP_TOS || name == IP_TTL || name == IP_MULTICAST_TTL ||
+               name == IP_MULTICAST_LOOP || name == IP_MULTICAST_IF || name == IP_MTU_DISCOVER;
+    if (level == IPPROTO_IPV6)
+        return name == IPV6_V6ONLY || name == IPV6_TCLASS || name == IPV6_UNICAST_HOPS ||
+               name == IPV6_MULTICAST_HOPS || name == IPV6_MULTICAST_LOOP ||
+               name == IPV6_MULTICAST_IF || name == IPV6_MTU_DISCOVER;
+    return false;
+}
+
 static void sockopt(struct vs_sock *s, int fd, int level, int name, const void *value,
                     socklen_t len)
 {
-    (void)s;
     (void)value;
     (void)len;
     vs_debug("fd %d: udp option %d/%d set", fd, level, name);
+    struct vs_udp_sock *u = vs_udp_of(s);
+    if (!u)
+        return;
+    pthread_mutex_lock(&u->lock);
+    if (!shm_keeps(level, name))
+        vs_udp_off(u, VS_REASON_UDP_OPTION);
+    else if (level == SOL_SOCKET && (name == SO_RCVBUF || name == SO_RCVBUFFORCE))
+        vs_udp_budget(u, fd);
+    pthread_mutex_unlock(&u->lock);
 }
 
 /* Bytes move only through the kernel socket: nothing to hand back. */
@@ -66,11 +113,20 @@ static void leave(struct vs_sock *s, int fd, const char *reason)
 
 static void release(struct vs_sock *s)
 {
+    if (s->conn)
+        vs_udp_free(s->conn);
     s->conn = NULL;
 }
 
 static void nothing(void)
 {
+}
+
+/* The child's sockets are its parent's state's: it sends and receives on
+ * the kernel (udp_shm.h). */
+static void fork_child(void)
+{
+    vs_udp_set_pid(getpid());
 }
 
 static void leave_all(const char *reason)
@@ -113,7 +169,7 @@ const struct vs_transport_ops vs_dgram_ops = {
     .release = release,
     .fork_prepare = nothing,
     .fork_parent = nothing,
-    .fork_child = nothing,
+    .fork_child = fork_child,
     .fork_failed = nothing,
     .before_exec = nothing,
     .leave_all = leave_all,

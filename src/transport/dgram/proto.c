@@ -259,6 +259,45 @@ enum vs_udp_verdict vs_udp_answer_parse(const uint8_t *buf, size_t len, struct v
 
 /* ---------------------------------------------------------------- UD head */
 
+size_t vs_udp_hs_encode(const struct vs_udp_hs *m, uint8_t *buf)
+{
+    memset(buf, 0, VS_UDP_HS_LEN);
+    memcpy(buf, VS_UDP_HS_MAGIC, 4);
+    buf[4] = VS_UDP_VERSION;
+    buf[5] = m->type;
+    buf[6] = m->status;
+    memcpy(buf + 8, &m->fd, 8);
+    if (m->type == VS_UDP_HS_HELLO &&
+        (!put_addr(buf + 16, &m->from) || !put_addr(buf + 36, &m->to)))
+        return 0;
+    return VS_UDP_HS_LEN;
+}
+
+enum vs_udp_verdict vs_udp_hs_parse(const uint8_t *buf, size_t len,
+                                    const struct sockaddr_storage *bound, struct vs_udp_hs *out)
+{
+    if (len < 8 || memcmp(buf, VS_UDP_HS_MAGIC, 4) != 0)
+        return VS_UDP_NOT_OURS;
+    if (buf[4] != VS_UDP_VERSION)
+        return VS_UDP_OTHER_VERSION;
+    if (len != VS_UDP_HS_LEN || buf[7] || buf[5] < VS_UDP_HS_HELLO || buf[5] > VS_UDP_HS_DECLINE)
+        return VS_UDP_MALFORMED;
+    struct vs_udp_hs m;
+    memset(&m, 0, sizeof(m));
+    m.type = buf[5];
+    m.status = buf[6];
+    memcpy(&m.fd, buf + 8, 8);
+    if (m.type == VS_UDP_HS_HELLO) {
+        if (!get_addr(buf + 16, &m.from) || !get_addr(buf + 36, &m.to) ||
+            !names_bound(&m.to, bound))
+            return VS_UDP_MALFORMED;
+    } else if (!all_zero(buf + 16, 40)) {
+        return VS_UDP_MALFORMED;
+    }
+    *out = m;
+    return VS_UDP_OK;
+}
+
 size_t vs_udp_head_encode(const struct vs_udp_head *h, uint8_t *buf)
 {
     if (h->type < VS_UDP_MSG_DATA || h->type > VS_UDP_MSG_RETRACT)

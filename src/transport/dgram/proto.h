@@ -95,6 +95,34 @@ enum vs_udp_verdict vs_udp_offer_parse(const uint8_t *buf, size_t len,
                                        struct vs_udp_offer *out);
 enum vs_udp_verdict vs_udp_answer_parse(const uint8_t *buf, size_t len, struct vs_udp_answer *out);
 
+/* ----------------------------- shm pair set-up, on the pair's unix socket */
+
+/* Every message is 56 bytes: magic "VSUS" 4, version 1, type 1, status 1,
+ * reserved 1, fd 8 (the sender's descriptor number of its UDP socket, for
+ * the proof), then for HELLO the initiator's address as the responder will
+ * see it (20) and the responder's as the initiator sends to it (20), zero
+ * otherwise. udp.md §7. */
+#define VS_UDP_HS_MAGIC "VSUS"
+#define VS_UDP_HS_LEN 56
+
+enum { VS_UDP_HS_HELLO = 1, VS_UDP_HS_ACCEPT, VS_UDP_HS_READY, VS_UDP_HS_DECLINE };
+/* DECLINE's status. */
+enum { VS_UDP_HS_REFUSED, VS_UDP_HS_CROSSING, VS_UDP_HS_BUSY };
+
+struct vs_udp_hs {
+    uint8_t type;
+    uint8_t status;
+    uint64_t fd;
+    struct sockaddr_storage from, to; /* HELLO only */
+};
+
+/* BUF: room for VS_UDP_HS_LEN. The length, 0 when a HELLO's address is
+ * neither IPv4 nor IPv6. */
+size_t vs_udp_hs_encode(const struct vs_udp_hs *m, uint8_t *buf);
+/* BOUND as for vs_udp_offer_parse: a HELLO's "to" must name it. */
+enum vs_udp_verdict vs_udp_hs_parse(const uint8_t *buf, size_t len,
+                                    const struct sockaddr_storage *bound, struct vs_udp_hs *out);
+
 /* ------------------------------------------------------ the UD message head */
 
 #define VS_UDP_HEAD_LEN 32

@@ -127,13 +127,6 @@ void vs_shm_send_msg(struct vs_shm_conn *c, uint16_t type, uint64_t arg, uint64_
 /* The fd whose readability means "look at the side channel", or -1. */
 int vs_shm_event_fd(struct vs_shm_conn *c);
 
-/* diag.c: the inode of the TCP socket with this exact 4-tuple, 0 if none,
- * and (UID not NULL) the user that created it. */
-uint64_t vs_shm_diag(const struct sockaddr_storage *local, const struct sockaddr_storage *peer,
-                     unsigned *uid);
-uint64_t vs_shm_diag_inode(const struct sockaddr_storage *local,
-                           const struct sockaddr_storage *peer);
-
 /* News of the connection reached this process other than through its cold
  * epoll record (readiness/epoll.c), if it has one: pass it on. Call it
  * after acting on the news: cooling checks the generation after it

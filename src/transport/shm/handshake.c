@@ -29,6 +29,10 @@
 #include "transport/shm/conn.h"
 #include "transport/shm/proto.h"
 #include "transport/shm/shm.h"
+#include "transport/addr.h"
+#include "transport/diag.h"
+#include "transport/local_proof.h"
+#include "transport/unix_msg.h"
 
 #define MAX_FDS 2
 /* A caller on the rendezvous gets this long to say HELLO: the accepter
@@ -45,27 +49,6 @@ static void close_fd(int *fd)
     *fd = -1;
 }
 
-static size_t format_addr(char *out, size_t len, const struct sockaddr_storage *ss)
-{
-    char host[INET6_ADDRSTRLEN] = "?";
-    unsigned port = 0;
-    if (ss->ss_family == AF_INET) {
-        const struct sockaddr_in *in = (const void *)ss;
-        inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
-        port = ntohs(in->sin_port);
-    } else {
-        const struct sockaddr_in6 *in6 = (const void *)ss;
-        /* A v6 socket speaking to a v4 peer names it v4-mapped: the other
-         * end may be a plain v4 socket, so both must spell it the same. */
-        if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr))
-            inet_ntop(AF_INET, &in6->sin6_addr.s6_addr[12], host, sizeof(host));
-        else
-            inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
-        port = ntohs(in6->sin6_port);
-    }
-    return (size_t)snprintf(out, len, "%s:%u", host, port);
-}
-
 /* The connector's rendezvous; the accepter computes the same name from the
  * mirrored 4-tuple. */
 static socklen_t rendezvous_name(struct vs_shm_conn *c, struct sockaddr_un *un)
@@ -77,9 +60,9 @@ static socklen_t rendezvous_name(struct vs_shm_conn *c, struct sockaddr_un *un)
     char *p = un->sun_path + 1;
     size_t room = sizeof(un->sun_path) - 1;
     size_t n = (size_t)snprintf(p, room, "%s", VS_SHM_RENDEZVOUS_PREFIX);
-    n += format_addr(p + n, room - n, conn_side);
+    n += vs_addr_format(p + n, room - n, conn_side);
     n += (size_t)snprintf(p + n, room - n, "/");
-    n += format_addr(p + n, room - n, acc_side);
+    n += vs_addr_format(p + n, room - n, acc_side);
     return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
 }
 
@@ -117,27 +100,7 @@ int vs_shm_event_fd(struct vs_shm_conn *c)
 static int send_with_fds(struct vs_shm_conn *c, const struct vs_shm_msg *m, const int *fds,
                          int nfds)
 {
-    struct iovec iov = {.iov_base = (void *)m, .iov_len = sizeof(*m)};
-    union {
-        struct cmsghdr h;
-        char buf[CMSG_SPACE(MAX_FDS * sizeof(int))];
-    } ctl;
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-    if (nfds > 0) {
-        memset(&ctl, 0, sizeof(ctl));
-        mh.msg_control = ctl.buf;
-        mh.msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int));
-        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-        cm->cmsg_level = SOL_SOCKET;
-        cm->cmsg_type = SCM_RIGHTS;
-        cm->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
-        memcpy(CMSG_DATA(cm), fds, (size_t)nfds * sizeof(int));
-    }
-    int chan = vs_shm_fd(c, c->chan);
-    if (chan < 0)
-        return -1;
-    ssize_t n = vs_real.sendmsg(chan, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
-    return n == (ssize_t)sizeof(*m) ? 0 : -1;
+    return vs_unix_send(vs_shm_fd(c, c->chan), m, sizeof(*m), fds, nfds) ? 0 : -1;
 }
 
 static struct vs_shm_msg make_msg(uint16_t type, uint64_t arg, uint64_t arg2)
@@ -153,157 +116,64 @@ void vs_shm_send_msg(struct vs_shm_conn *c, uint16_t type, uint64_t arg, uint64_
     send_with_fds(c, &m, NULL, 0);
 }
 
-/* One message and its descriptors. 1 on success, 0 when none is waiting,
- * -1 when the channel is closed or the message is malformed (the
- * descriptors of a malformed message are closed). */
-static int recv_msg(int chan, struct vs_shm_msg *m, int *fds, int *nfds)
-{
-    union {
-        struct cmsghdr h;
-        char buf[CMSG_SPACE(4 * sizeof(int))];
-    } ctl;
-    struct iovec iov = {.iov_base = m, .iov_len = sizeof(*m)};
-    struct msghdr mh = {.msg_iov = &iov,
-                        .msg_iovlen = 1,
-                        .msg_control = ctl.buf,
-                        .msg_controllen = sizeof(ctl.buf)};
-    ssize_t n = vs_real.recvmsg(chan, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-    /* A peer that closed the channel with our messages unread resets it
-     * (an exec'ing peer that declined): the error comes first, and what the
-     * peer sent before closing still waits behind it. */
-    if (n < 0 && errno == ECONNRESET)
-        n = vs_real.recvmsg(chan, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-    if (n < 0)
-        return errno == EAGAIN || errno == EINTR ? 0 : -1;
-    if (n == 0)
-        return -2; /* the peer hung up */
-    *nfds = 0;
-    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
-        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-            continue;
-        size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        for (size_t i = 0; i < k; i++) {
-            int fd;
-            memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
-            if (*nfds < MAX_FDS)
-                fds[(*nfds)++] = fd;
-            else
-                vs_syscall(SYS_close, fd);
-        }
-    }
-    if (!vs_shm_msg_ok(m, (size_t)n, mh.msg_flags)) {
-        for (int i = 0; i < *nfds; i++)
-            close_fd(&fds[i]);
-        *nfds = 0;
-        return -1;
-    }
-    return 1;
-}
-
 static void close_fds(int *fds, int nfds)
 {
     for (int i = 0; i < nfds; i++)
         close_fd(&fds[i]);
 }
 
-/* The credentials of the process at the other end of CHAN (kernel-given:
- * the caller cannot forge them), if VSOCKET_SHM_PEERS lets its user share
- * rings with us (docs/design/shm-transport.md, "Peers of other users"). */
-static bool peer_cred(int chan, struct ucred *cred)
+/* One message and its descriptors. 1 on success, 0 when none is waiting,
+ * -1 when the channel is closed or the message is malformed (the
+ * descriptors of a malformed message are closed). */
+static int recv_msg(int chan, struct vs_shm_msg *m, int *fds, int *nfds)
 {
-    socklen_t len = sizeof(*cred);
-    return vs_real.getsockopt(chan, SOL_SOCKET, SO_PEERCRED, cred, &len) == 0 &&
-           vs_config_peer_allowed(cred->uid);
-}
-
-/* Our part of the proof for a peer of another user, who may not look into
- * our /proc/PID/fd: an O_PATH descriptor of our TCP socket FD. Only a
- * process that may look into our /proc/PID/fd (ours, or one with ptrace
- * read rights over us) can make one. -1 when the peer is of our user. */
-static int proof_fd(int chan, int fd)
-{
-    struct ucred cred;
-    socklen_t len = sizeof(cred);
-    if (vs_real.getsockopt(chan, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 || cred.uid == geteuid())
+    int flags = 0;
+    ssize_t n = vs_unix_recv(chan, m, sizeof(*m), fds, MAX_FDS, nfds, &flags);
+    /* A peer that closed the channel with our messages unread resets it
+     * (an exec'ing peer that declined): the error comes first, and what the
+     * peer sent before closing still waits behind it. */
+    if (n < 0 && errno == ECONNRESET)
+        n = vs_unix_recv(chan, m, sizeof(*m), fds, MAX_FDS, nfds, &flags);
+    if (n < 0)
+        return errno == EAGAIN || errno == EINTR ? 0 : -1;
+    if (n == 0) {
+        close_fds(fds, *nfds);
+        *nfds = 0;
+        return -2; /* the peer hung up */
+    }
+    if (!vs_shm_msg_ok(m, (size_t)n, flags)) {
+        close_fds(fds, *nfds);
+        *nfds = 0;
         return -1;
-    char path[64];
-    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-    return (int)vs_syscall(SYS_openat, AT_FDCWD, path, O_PATH | O_CLOEXEC);
+    }
+    return 1;
 }
 
 static bool peer_uid_ok(int chan)
 {
     struct ucred cred;
-    return peer_cred(chan, &cred);
+    return vs_local_peer_cred(chan, &cred);
 }
 
-/* Whether /proc/PID/fdinfo/FD shows a descriptor opened for I/O: an O_PATH
- * one is what anybody allowed to look at /proc/PID/fd can make of someone
- * else's socket, so it proves nothing. */
-static bool fd_is_real(pid_t pid, int fd)
+static int proof_fd(int chan, int fd)
 {
-    char path[64], buf[256];
-    snprintf(path, sizeof(path), "/proc/%d/fdinfo/%d", (int)pid, fd);
-    if (vs_read_small_file(path, buf, sizeof(buf)) < 0)
-        return false;
-    const char *flags = strstr(buf, "flags:");
-    return flags && !(strtoul(flags + 6, NULL, 8) & O_PATH);
+    return vs_local_proof_fd(chan, fd);
 }
 
-/* Whether a failed look into /proc/PID/fd (ERR) means that we may not look
- * (another user's process; with hidepid, invisible), not that the peer
- * named a descriptor it does not have. A process of our own user never
- * gets the weaker proof below. */
-static bool may_not_look(const struct ucred *cred, int err)
-{
-    if (cred->uid == geteuid())
-        return false;
-    if (err == EACCES || err == EPERM)
-        return true;
-    char path[32];
-    snprintf(path, sizeof(path), "/proc/%d", (int)cred->pid);
-    return err == ENOENT && access(path, F_OK) < 0;
-}
-
-/* A peer we may not look into: the descriptor it sent (PROOF, or -1) is
- * one of the socket the kernel reports for the mirrored 4-tuple. */
-static bool proof_by_fd(int proof, uint64_t want)
-{
-    struct stat st;
-    return proof >= 0 && fstat(proof, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_ino == want;
-}
-
-/* The peer says its TCP socket is its fd FD. Proof: the process the kernel
- * names as the caller on CHAN holds, under that number, a real descriptor
- * of the socket that the kernel reports for the mirrored 4-tuple. Nobody
- * else can: /proc/PID/fd of another process yields O_PATH descriptors at
- * most, and passing such a descriptor is not holding the socket. When we
- * may not look (a peer of another user), the O_PATH descriptor it sent
- * (PROOF) must be of that socket: see proof_fd() for who can make one. */
+/* The peer says its TCP socket is its fd FD. Proof (transport/local_proof.h):
+ * the process the kernel names as the caller on CHAN holds, under that
+ * number, a real descriptor of the socket that the kernel reports for the
+ * mirrored 4-tuple, or (another user's) sent PROOF, a descriptor of it. */
 static bool proof_ok(struct vs_shm_conn *c, int chan, uint64_t fd, int proof, const char **why)
 {
-    uint64_t want = vs_shm_diag_inode(&c->peer, &c->local);
+    uint64_t want = vs_diag_tcp(&c->peer, &c->local, NULL);
     /* No socket for the 4-tuple: the peer closed it already (a short
      * connection), nothing to upgrade. */
     *why = want ? VS_REASON_PEER_PROOF_FAILED : VS_REASON_PEER_CLOSED;
-    struct ucred cred;
-    if (!want || !peer_cred(chan, &cred) || fd > INT_MAX)
-        return false;
-    char path[64], link[64];
-    snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)cred.pid, (int)fd);
-    ssize_t n = readlink(path, link, sizeof(link) - 1);
-    unsigned long long ino = 0;
-    if (n > 0) {
-        link[n] = '\0';
-        if (sscanf(link, "socket:[%llu]", &ino) != 1)
-            ino = 0;
-    }
-    if (n < 0 && may_not_look(&cred, errno) && proof_by_fd(proof, want))
-        return true;
-    if (ino == want && fd_is_real(cred.pid, (int)fd))
+    if (vs_local_holds(chan, fd, proof, want))
         return true;
     /* The peer may have closed its socket while we looked. */
-    if (vs_shm_diag_inode(&c->peer, &c->local) == 0)
+    if (want && vs_diag_tcp(&c->peer, &c->local, NULL) == 0)
         *why = VS_REASON_PEER_CLOSED;
     return false;
 }
@@ -335,7 +205,7 @@ static int attach_tx_ring(struct vs_shm_conn *c, int memfd)
  * hang-up) is the peer closing a short connection, not a fault to report. */
 static void decline(struct vs_shm_conn *c, const char *reason)
 {
-    if (vs_shm_diag_inode(&c->peer, &c->local) == 0)
+    if (vs_diag_tcp(&c->peer, &c->local, NULL) == 0)
         reason = VS_REASON_PEER_CLOSED;
     if (c->chan >= 0)
         vs_shm_send_msg(c, VS_MSG_DECLINE, 0, 0);
@@ -383,7 +253,7 @@ static bool peer_called_since_deadline(struct vs_shm_conn *c, int fd)
  * already closed. */
 static void no_answer(struct vs_shm_conn *c)
 {
-    bool open = vs_shm_diag_inode(&c->peer, &c->local) != 0;
+    bool open = vs_diag_tcp(&c->peer, &c->local, NULL) != 0;
     const char *why = c->refusal ? c->refusal : VS_REASON_PEER_NOT_VSOCKET;
     vs_shm_conn_fail(c, open ? why : VS_REASON_PEER_CLOSED);
 }
@@ -404,7 +274,7 @@ static bool listener_is_connector_user(struct vs_shm_conn *c)
         return false;
     if (cred.uid == geteuid())
         return true;
-    return vs_shm_diag(&c->peer, &c->local, &owner) != 0 && owner == cred.uid;
+    return vs_diag_tcp(&c->peer, &c->local, &owner) != 0 && owner == cred.uid;
 }
 
 /* Accepter: call the connector's rendezvous and introduce ourselves. The

@@ -1,22 +1,17 @@
-/* diag.c - which socket holds a TCP 4-tuple, from NETLINK_SOCK_DIAG.
- *
- * This is how each end proves to the other that it holds the peer socket:
- * it sends an O_PATH descriptor of its TCP socket, whose inode the verifier
- * compares with the one the kernel reports for the mirrored 4-tuple. The
- * query needs no privilege. */
+/* diag.c - which socket holds an address, from NETLINK_SOCK_DIAG (diag.h). */
 #include <errno.h>
 #include <linux/inet_diag.h>
 #include <linux/netlink.h>
 #include <linux/sock_diag.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
+#include <stdbool.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "base/real.h"
 #include "base/syscall.h"
-#include "transport/shm/conn.h"
+#include "transport/diag.h"
 
 /* Fills ADDR (4 words, network order) and PORT; FAMILY is the family to ask
  * for: a v4 address is asked for as v4-mapped when FAMILY is AF_INET6. */
@@ -42,8 +37,11 @@ static void diag_addr(const struct sockaddr_storage *ss, int family, __be32 addr
     }
 }
 
-static uint64_t query(int family, const struct sockaddr_storage *local,
-                      const struct sockaddr_storage *peer, unsigned *uid)
+/* SRC and DST as the kernel's lookup takes them: for TCP the socket's own
+ * end and its peer; for UDP the sender and the receiving socket (udp_diag
+ * looks up the socket a datagram from SRC to DST would reach). */
+static uint64_t query(int family, int proto, const struct sockaddr_storage *src,
+                      const struct sockaddr_storage *dst, unsigned *uid)
 {
     int nl = vs_real.socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
     if (nl < 0)
@@ -56,11 +54,11 @@ static uint64_t query(int family, const struct sockaddr_storage *local,
                 .nlmsg_type = SOCK_DIAG_BY_FAMILY,
                 .nlmsg_flags = NLM_F_REQUEST},
         .req = {.sdiag_family = (uint8_t)family,
-                .sdiag_protocol = IPPROTO_TCP,
+                .sdiag_protocol = (uint8_t)proto,
                 .idiag_states = ~0u},
     };
-    diag_addr(local, family, msg.req.id.idiag_src, &msg.req.id.idiag_sport);
-    diag_addr(peer, family, msg.req.id.idiag_dst, &msg.req.id.idiag_dport);
+    diag_addr(src, family, msg.req.id.idiag_src, &msg.req.id.idiag_sport);
+    diag_addr(dst, family, msg.req.id.idiag_dst, &msg.req.id.idiag_dport);
     msg.req.id.idiag_cookie[0] = INET_DIAG_NOCOOKIE;
     msg.req.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
     uint64_t ino = 0;
@@ -89,22 +87,28 @@ static bool is_v4(const struct sockaddr_storage *ss)
     return IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr);
 }
 
-uint64_t vs_shm_diag(const struct sockaddr_storage *local, const struct sockaddr_storage *peer,
-                     unsigned *uid)
+/* The socket may be v4 or a v6 socket speaking v4-mapped: ask both. */
+static uint64_t ask(int proto, const struct sockaddr_storage *src,
+                    const struct sockaddr_storage *dst, unsigned *uid)
 {
-    /* The socket may be v4 or a v6 socket speaking v4-mapped: ask both. */
     uint64_t ino = 0;
     unsigned ignored;
     uid = uid ? uid : &ignored;
-    if (is_v4(local) && is_v4(peer))
-        ino = query(AF_INET, local, peer, uid);
+    if (is_v4(src) && is_v4(dst))
+        ino = query(AF_INET, proto, src, dst, uid);
     if (!ino)
-        ino = query(AF_INET6, local, peer, uid);
+        ino = query(AF_INET6, proto, src, dst, uid);
     return ino;
 }
 
-uint64_t vs_shm_diag_inode(const struct sockaddr_storage *local,
-                           const struct sockaddr_storage *peer)
+uint64_t vs_diag_tcp(const struct sockaddr_storage *local, const struct sockaddr_storage *peer,
+                     unsigned *uid)
 {
-    return vs_shm_diag(local, peer, NULL);
+    return ask(IPPROTO_TCP, local, peer, uid);
+}
+
+uint64_t vs_diag_udp(const struct sockaddr_storage *from, const struct sockaddr_storage *to,
+                     unsigned *uid)
+{
+    return ask(IPPROTO_UDP, from, to, uid);
 }

@@ -1,0 +1,362 @@
+"""UDP between two processes of one host (issue 23 step 3, docs/design/udp.md
+§7): scenarios that run the same without vsocket and with shm pairs, and
+print their observations as one JSON list (last line of stdout).
+
+Each scenario forks: the parent holds one socket, the child another, and
+they talk long enough (VSOCKET_UDP_UPGRADE_AFTER_DGRAMS is 16 by default)
+for a pair to come up under vsocket. What they observe must not depend on
+the path a datagram took. Every wait is bounded by HANG, which only a hang
+crosses.
+
+  pairs.py --list
+  pairs.py NAME
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import socket
+import struct
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from scenarios import MSG_WAITFORONE, c_addr, recvmmsg, sendmmsg  # noqa: E402
+
+HANG = 120.0
+OBS: list = []
+
+
+def note(label: str, value) -> None:
+    OBS.append([label, value])
+
+
+def udp(family=socket.AF_INET, bind=None):
+    """A blocking socket whose receives give up after HANG (SO_RCVTIMEO, not
+    Python's timeout: that makes the descriptor non-blocking and polls
+    before each call, which libc's recvmmsg and MSG_DONTWAIT would see)."""
+    s = socket.socket(family, socket.SOCK_DGRAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", int(HANG), 0))
+    if bind:
+        s.bind(bind)
+    return s
+
+
+def run_child(fn) -> int:
+    """Runs FN in a forked child; its exit status 0 means it saw what it expected."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            code = fn()
+        finally:
+            os._exit(code)
+    return pid
+
+
+def wait_child(pid) -> int:
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+def warm_up(sock, peer, rounds, first):
+    """ROUNDS ping-pongs with PEER: enough for a pair to come up. FIRST: we
+    send first. The other side's port."""
+    src = peer
+    for i in range(rounds):
+        if first:
+            sock.sendto(b"ping %d" % i, peer)
+            data, _ = sock.recvfrom(100)
+            assert data == b"pong %d" % i, data
+        else:
+            data, src = sock.recvfrom(100)
+            assert data == b"ping %d" % i, data
+            sock.sendto(b"pong %d" % i, src)
+    return src[1]
+
+
+# --------------------------------------------------------------- scenarios
+
+
+def stream(family, host, count=3000, batch=100):
+    """COUNT numbered datagrams across the switch from kernel to rings: each
+    arrives once, none is lost (the sender waits for an ack after each
+    BATCH, so that the receiver is never full)."""
+    r = udp(family, (host, 0))
+    dest = r.getsockname()
+
+    def sender():
+        s = udp(family, (host, 0))
+        for i in range(count):
+            s.sendto(b"%d" % i, dest)
+            if i % batch == batch - 1:
+                if s.recv(100) != b"ack %d" % i:
+                    return 2
+        s.sendto(b"end", dest)
+        s.close()
+        return 0
+
+    pid = run_child(sender)
+    seen, dups, late, last = set(), 0, 0, -1
+    while True:
+        data, src = r.recvfrom(100)
+        if data == b"end":
+            break
+        n = int(data)
+        dups += n in seen
+        late += n < last
+        last = max(last, n)
+        seen.add(n)
+        if len(seen) % batch == 0:
+            r.sendto(b"ack %d" % (len(seen) - 1), src)
+    note("received", len(seen))
+    note("duplicated", dups)
+    note("missing", count - len(seen))
+    note("sender", wait_child(pid))
+    # Out of order across the switch: UDP allows it, loopback rarely does
+    # it; reported on stderr, not judged.
+    print(f"out of order: {late}", file=sys.stderr)
+    r.close()
+
+
+def scenario_stream_v4():
+    stream(socket.AF_INET, "127.0.0.1")
+
+
+def scenario_stream_v6():
+    stream(socket.AF_INET6, "::1")
+
+
+def scenario_mapped():
+    """A dual-stack IPv6 socket and an IPv4 one: the source is v4-mapped on
+    one side, plain IPv4 on the other, on every path."""
+    r = udp(socket.AF_INET6)
+    r.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    r.bind(("::", 0))
+    port = r.getsockname()[1]
+
+    def v4():
+        s = udp(socket.AF_INET, ("127.0.0.1", 0))
+        warm_up(s, ("127.0.0.1", port), 64, True)
+        for i in range(50):
+            s.sendto(b"late %d" % i, ("127.0.0.1", port))
+        data, src = s.recvfrom(100)
+        ok = data == b"done" and src == ("127.0.0.1", port)
+        s.close()
+        return 0 if ok else 3
+
+    pid = run_child(v4)
+    warm_up(r, None, 64, False)
+    srcs = set()
+    for i in range(50):
+        data, src = r.recvfrom(100)
+        assert data == b"late %d" % i, data
+        srcs.add(src[0])
+    r.sendto(b"done", src)
+    note("sources", sorted(srcs))
+    note("child", wait_child(pid))
+    r.close()
+
+
+def scenario_readiness():
+    """poll, select, epoll level- and edge-triggered wake for datagrams on
+    whatever path they came, and say nothing when there is none."""
+    r = udp(bind=("127.0.0.1", 0))
+    dest = r.getsockname()
+    rounds = 60
+
+    def sender():
+        s = udp(bind=("127.0.0.1", 0))
+        warm_up(s, dest, 64, True)
+        for mode in range(4):
+            for i in range(rounds):
+                s.sendto(b"%d %d" % (mode, i), dest)
+                if s.recv(100) != b"ok":
+                    return 2
+        s.close()
+        return 0
+
+    # Registered before the socket's first use, as a server does.
+    p = select.poll()
+    p.register(r, select.POLLIN)
+    lt = select.epoll()
+    lt.register(r.fileno(), select.EPOLLIN)
+    et = select.epoll()
+    et.register(r.fileno(), select.EPOLLIN | select.EPOLLET)
+    pid = run_child(sender)
+    warm_up(r, None, 64, False)
+    for ep in (lt, et):  # what the warm-up left of the edges
+        ep.poll(0)
+    waits = {
+        "poll": lambda: [ev for _, ev in p.poll(HANG * 1000)],
+        "select": lambda: [len(select.select([r], [], [], HANG)[0])],
+        "epoll": lambda: [ev for _, ev in lt.poll(HANG)],
+        "epoll edge": lambda: [ev for _, ev in et.poll(HANG)],
+    }
+    for mode, (name, wait) in enumerate(waits.items()):
+        woke, got, src = set(), 0, None
+        for i in range(rounds):
+            woke.add(json.dumps(wait()))
+            data, src = r.recvfrom(100)
+            got += data == b"%d %d" % (mode, i)
+            if name == "epoll edge":
+                woke.add("again " + json.dumps([ev for _, ev in et.poll(0)]))
+            r.sendto(b"ok", src)
+        note(name, [sorted(woke), got])
+    note("nothing queued", [ev for _, ev in p.poll(0)])
+    note("sender", wait_child(pid))
+    r.close()
+
+
+def scenario_semantics():
+    """After the pair is up: MSG_PEEK, MSG_TRUNC, FIONREAD, zero-length
+    datagrams, recvmsg's flags and source, MSG_DONTWAIT."""
+    import fcntl
+    import termios
+    r = udp(bind=("127.0.0.1", 0))
+    dest = r.getsockname()
+    fionread = lambda: struct.unpack("i", fcntl.ioctl(r.fileno(), termios.FIONREAD, b"\0" * 4))[0]
+
+    def sender():
+        s = udp(bind=("127.0.0.1", 0))
+        warm_up(s, dest, 64, True)
+        for d in (b"p" * 100, b"second", b"", b"after", b"x" * 60000, b"tail"):
+            s.sendto(d, dest)
+        code = 0 if s.recv(100) == b"bye" else 2
+        s.close()
+        return code
+
+    pid = run_child(sender)
+    warm_up(r, None, 64, False)
+    # Everything the sender sent is there once the last one is.
+    r.recv(1, socket.MSG_PEEK)
+    while fionread() != 100:
+        r.recv(1, socket.MSG_PEEK)
+    note("FIONREAD: the next datagram", fionread())
+    note("peek", len(r.recv(10, socket.MSG_PEEK)))
+    buf = bytearray(10)
+    note("peek|trunc: full length", r.recv_into(buf, 10, socket.MSG_PEEK | socket.MSG_TRUNC))
+    data, anc, flags, src = r.recvmsg(10)
+    note("recvmsg cut", [len(data), flags & socket.MSG_TRUNC != 0, anc])
+    data, src = r.recvfrom(100)
+    note("the cut datagram is gone", data.decode())
+    note("FIONREAD of a zero-length one", fionread())
+    data, src = r.recvfrom(100)
+    note("zero-length", data.decode())
+    note("next", r.recv(100).decode())
+    data = r.recv(70000)
+    note("60000 bytes", [len(data), data == b"x" * 60000])
+    note("trunc: full length", r.recv_into(bytearray(2), 2, socket.MSG_TRUNC))
+    try:
+        r.recv(100, socket.MSG_DONTWAIT)
+        note("empty", "got one")
+    except BlockingIOError:
+        note("empty", "EAGAIN")
+    r.sendto(b"bye", src)
+    note("sender", wait_child(pid))
+    r.close()
+
+
+def scenario_mmsg():
+    """sendmmsg/recvmmsg on a pair: names, zero-length entries, MSG_TRUNC in
+    msg_flags, MSG_WAITFORONE."""
+    r = udp(bind=("127.0.0.1", 0))
+    dest = r.getsockname()
+    payloads = [b"one", b"", b"three", b"x" * 1000, b"five"]
+
+    def sender():
+        s = udp(bind=("127.0.0.1", 0))
+        warm_up(s, dest, 64, True)
+        if sendmmsg(s, payloads, c_addr(socket.AF_INET, *dest))[0] != 5:
+            return 2
+        sendmmsg(s, [b"a" * 10, b"b" * 3], c_addr(socket.AF_INET, *dest))
+        s.connect(dest)
+        sendmmsg(s, [b"c1", b"c2"], None)
+        code = 0 if s.recv(100) == b"bye" else 3
+        s.close()
+        return code
+
+    pid = run_child(sender)
+    sport = warm_up(r, None, 64, False)
+    got = []
+    while len(got) < len(payloads):
+        n, part = recvmmsg(r, len(payloads) - len(got), 2048, MSG_WAITFORONE)
+        assert isinstance(n, int), n
+        got += part
+    note("recvmmsg", [[len(d), fam, p == sport, fl, nl] for d, fam, p, fl, nl in got])
+    got = []
+    while len(got) < 2:
+        got += recvmmsg(r, 2 - len(got), 4, MSG_WAITFORONE)[1]
+    note("truncated entries", [[d.decode(), fl & socket.MSG_TRUNC != 0] for d, _, _, fl, _ in got])
+    got = []
+    while len(got) < 2:
+        got += recvmmsg(r, 2 - len(got), 64, MSG_WAITFORONE)[1]
+    note("connected got", [d.decode() for d, *_ in got])
+    note("empty, non-blocking", recvmmsg(r, 4, 64, socket.MSG_DONTWAIT)[0])
+    r.sendto(b"bye", ("127.0.0.1", sport))
+    note("sender", wait_child(pid))
+    r.close()
+
+
+def scenario_connect():
+    """A receiver with pairs up with two peers connects to one: the other's
+    datagrams sent after are not heard; one it sent before still is (the
+    kernel keeps what it queued before a connect). The steps are ordered by
+    pipes, not by the sockets."""
+    r = udp(bind=("127.0.0.1", 0))
+    dest = r.getsockname()
+    steps = {"a": os.pipe(), "b": os.pipe()}
+    done = os.pipe()
+
+    def peer(name, says):
+        def run():
+            s = udp(bind=("127.0.0.1", 0))
+            warm_up(s, dest, 64, True)
+            for text in says:
+                os.read(steps[name][0], 1)
+                s.sendto(text, dest)
+                os.write(done[1], b"x")
+            s.close()
+            return 0
+        return run
+
+    a = run_child(peer("a", [b"a heard"]))
+    port_a = warm_up(r, None, 64, False)
+    b = run_child(peer("b", [b"b early", b"b unheard", b"b unheard too"]))
+    warm_up(r, None, 64, False)
+
+    def step(name):
+        os.write(steps[name][1], b"x")
+        os.read(done[0], 1)
+
+    step("b")  # b early: queued before the connect
+    r.connect(("127.0.0.1", port_a))
+    step("b")  # b unheard: after it
+    step("a")
+    # Two peers' datagrams: UDP gives no order between senders (on shm each
+    # has its ring), so the set is what counts.
+    note("queued before connect, and the connected peer's",
+         sorted([r.recv(100).decode(), r.recv(100).decode()]))
+    try:
+        r.recv(100, socket.MSG_DONTWAIT)
+        note("then", "a datagram")
+    except BlockingIOError:
+        note("then", "nothing")
+    step("b")  # b's last: not heard either
+    note("peers", [wait_child(a), wait_child(b)])
+    r.close()
+
+
+def main(scope=None):
+    """Runs the scenario argv names among SCOPE's (a module's globals)."""
+    scope = scope or globals()
+    names = sorted(n[len("scenario_"):] for n in scope if n.startswith("scenario_"))
+    if sys.argv[1:] == ["--list"]:
+        print("\n".join(names))
+        return
+    scope["scenario_" + sys.argv[1]]()
+    print(json.dumps(OBS))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,155 @@
+"""UDP between two processes of one host over shared memory (issue 23 step
+3, docs/design/udp.md §7), with VSOCKET_UDP_SHM=1 (experimental, off by
+default).
+
+Each scenario of progs/pairs.py runs twice, plain and under `vsocket run`,
+and must observe the same; the plain run's key observations are checked so
+that two runs agreeing on nothing cannot pass. Under vsocket, the log must
+show the pair up in both processes and datagrams carried by the rings both
+ways (the counts a pair logs when it ends), so that a run that stayed on
+the kernel cannot pass for one on shm.
+
+progs/hostile.py's attackers (a squatter on the rendezvous name, a peer
+writing an impossible record into the ring) change nothing the program
+sees, and the log names what was refused.
+
+Environment: VSOCKET_BUILD_DIR (default <repo>/build) holds bin/vsocket.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+PAIRS = HERE / "progs" / "pairs.py"
+HOSTILE = HERE / "progs" / "hostile.py"
+BUILD_DIR = Path(os.environ.get("VSOCKET_BUILD_DIR") or (REPO / "build")).resolve()
+VSOCKET = BUILD_DIR / "bin" / "vsocket"
+PYTHON = sys.executable
+HANG = 300  # only a hang crosses it (an ASan build under load is slow)
+
+SHM = {"VSOCKET_UDP_SHM": "1"}
+
+EXPECT = {
+    "stream_v4": {"received": 3000, "duplicated": 0, "missing": 0, "sender": 0},
+    "stream_v6": {"received": 3000, "duplicated": 0, "missing": 0, "sender": 0},
+    "mapped": {"sources": ["::ffff:127.0.0.1"], "child": 0},
+    "readiness": {"poll": [["[1]"], 60], "select": [["[1]"], 60], "epoll": [["[1]"], 60],
+                  "epoll edge": [["[1]", "again []"], 60], "nothing queued": [], "sender": 0},
+    "semantics": {"FIONREAD: the next datagram": 100, "peek|trunc: full length": 100,
+                  "recvmsg cut": [10, True, []], "zero-length": "", "60000 bytes": [60000, True],
+                  "trunc: full length": 4, "empty": "EAGAIN", "sender": 0},
+    "mmsg": {"truncated entries": [["aaaa", True], ["bbb", False]], "connected got": ["c1", "c2"],
+             "empty, non-blocking": "error EAGAIN", "sender": 0},
+    "connect": {"queued before connect, and the connected peer's": ["a heard", "b early"],
+                "then": "nothing", "peers": [0, 0]},
+    "squatter": {"received in order": True, "sender": 0, "squatter": 0},
+    "ring": {"received": "after", "hostile": 0, "then": "nothing"},
+}
+
+
+def names(prog):
+    return subprocess.run([PYTHON, str(prog), "--list"], capture_output=True, text=True,
+                          check=True).stdout.split()
+
+
+def observations(argv, env=None) -> list:
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=HANG,
+                         env={**os.environ, **(env or {})})
+    assert out.returncode == 0, f"{argv} failed ({out.returncode}):\n{out.stdout}\n{out.stderr}"
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def same_as_plain(prog, name, env, tmp_path) -> str:
+    plain = observations([PYTHON, str(prog), name])
+    for label, value in EXPECT[name].items():
+        assert [label, value] in plain, f"{name}: without vsocket, {label!r} is not {value!r}: {plain}"
+    under = observations([str(VSOCKET), "run", "--", PYTHON, str(prog), name], env)
+    assert under == plain
+    return (tmp_path / "vsocket.log").read_text(errors="replace")
+
+
+RING = re.compile(r"vsocket\[(\d+)\] debug: udp shm: pair with \S+ ended: (\d+) datagrams sent "
+                  r"on the ring, (\d+) dropped there \(receiver full\), (\d+) received from it")
+
+
+@pytest.mark.parametrize("name", names(PAIRS))
+def test_pairs_on_shm(name, vs_env, tmp_path):
+    log = same_as_plain(PAIRS, name, {**vs_env, **SHM}, tmp_path)
+    ups = set(re.findall(r"vsocket\[(\d+)\] debug: udp shm: pair with \S+ up", log))
+    assert len(ups) == (3 if name == "connect" else 2), log[-3000:]
+    ended = RING.findall(log)
+    assert {pid for pid, *_ in ended} == ups, log[-3000:]
+    # Each process delivered datagrams from its ring, and none was dropped
+    # there (every scenario waits for its receiver).
+    for pid, sent, full, received in ended:
+        assert int(received) > 0 and int(full) == 0, log[-3000:]
+    # The first to close ends the pair; the other sees it leave. Nothing
+    # else may take a pair back to the kernel here.
+    allowed = "peer-left-rings|the socket connected to another peer" if name == "connect" \
+        else "peer-left-rings"
+    assert not re.search(rf"on the kernel from now on: (?!({allowed})$)", log, re.M), log[-3000:]
+
+
+def test_shm_off_by_default(vs_env, tmp_path):
+    """Without VSOCKET_UDP_SHM, no pair is set up (and the scenario is the same)."""
+    log = same_as_plain(PAIRS, "stream_v4", vs_env, tmp_path)
+    assert "udp socket on the datagram layer (every peer on the kernel)" in log, log[-2000:]
+    assert "udp shm" not in log, log[-2000:]
+
+
+def test_squatter_on_the_rendezvous(vs_env, tmp_path):
+    """A process holding the receiver's name first cannot prove it holds the
+    receiver's socket: the sender stays on the kernel, every datagram
+    arrives, and the receiver says its name is taken."""
+    log = same_as_plain(HOSTILE, "squatter", {**vs_env, **SHM}, tmp_path)
+    assert re.search(r"rendezvous vsocket/u1/127\.0\.0\.1:\d+ taken", log), log[-2000:]
+    assert "on the kernel from now on: peer-proof-failed" in log, log[-2000:]
+    assert not re.search(r"udp shm: pair with \S+ up", log), log[-2000:]
+
+
+def test_hostile_ring(vs_env, tmp_path):
+    """A peer that proved itself and then writes a record of an impossible
+    length: the receiver says so, the pair goes back to the kernel, and the
+    peer's next datagram (by the kernel) is received; nothing else is."""
+    log = same_as_plain(HOSTILE, "ring", {**vs_env, **SHM}, tmp_path)
+    assert "on the kernel from now on: the peer wrote a malformed datagram ring" in log, log[-2000:]
+
+
+def free_udp_port() -> int:
+    import socket
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_sockperf_ping_pong_on_shm(vs_env, tmp_path):
+    """A real program: sockperf's UDP ping-pong, server and client under
+    vsocket, completes with its figures, on the rings (the log's counts)."""
+    env = {**os.environ, **vs_env, **SHM}
+    port = str(free_udp_port())
+    server = subprocess.Popen([str(VSOCKET), "run", "--", "sockperf", "server", "-i", "127.0.0.1",
+                               "-p", port], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, env=env)
+    try:
+        # The client retries its warm-up until the server answers.
+        out = subprocess.run([str(VSOCKET), "run", "--", "sockperf", "ping-pong", "-i", "127.0.0.1",
+                              "-p", port, "-m", "64", "-t", "2"], capture_output=True, text=True,
+                             timeout=HANG, env=env)
+    finally:
+        server.terminate()
+        server.communicate(timeout=HANG)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert re.search(r"avg-latency=\d", out.stdout + out.stderr), out.stdout + out.stderr
+    log = (tmp_path / "vsocket.log").read_text(errors="replace")
+    assert len(set(re.findall(r"vsocket\[(\d+)\] debug: udp shm: pair with \S+ up", log))) == 2, log[-3000:]
+    ended = RING.findall(log)
+    assert ended and all(int(received) > 1000 for *_, received in ended), log[-3000:]
