@@ -505,6 +505,24 @@ static bool take_setup_msg(struct vs_rdma_conn *c, int hs)
 /* How long a set-up that leaves waits for its CUT to be placed. */
 #define SETUP_LEAVE_NS 5000000000L
 
+/* An accepter that gave the connector its ring and waits for the
+ * connector's gives up. The connector may be on RDMA already and writing
+ * into our ring: CUT says we read none of it and wrote none (it resends
+ * all of it on TCP). The queue pair stays until close: a disconnection
+ * must not overtake the CUT. (Found: a fork failed such a set-up without a
+ * word, and the connector's program waited for ever; so did a set-up that
+ * ran out of time while the connector's process was stopped, fdlimit.sh.)
+ * (ctl) */
+static void leave_waiting_ring(struct vs_rdma_conn *c, const char *reason)
+{
+    struct vs_rdma_msg m = {.type = VS_RDMA_MSG_CUT};
+    if (vs_rdma_post_msg(c, &m) == 0)
+        vs_rdma_wait_placed(c, SETUP_LEAVE_NS);
+    atomic_store(&c->st.rx_back_on_tcp, true);
+    vs_rdma_proof_wipe(&c->proof);
+    vs_rdma_conn_fail(c, reason);
+}
+
 bool vs_rdma_setup_leave(struct vs_rdma_conn *c, const char *reason)
 {
     pthread_mutex_lock(&c->ctl_lock);
@@ -516,17 +534,7 @@ bool vs_rdma_setup_leave(struct vs_rdma_conn *c, const char *reason)
         hs = atomic_load(&c->hs);
     }
     if (hs == VS_RDMA_WAIT_RING && !atomic_load(&c->broken)) {
-        /* The connector may be on RDMA already and writing into our ring:
-         * CUT says we read none of it and wrote none (it resends all of it
-         * on TCP). The queue pair stays until close: a disconnection must
-         * not overtake the CUT. (Found: a fork failed such a set-up without
-         * a word, and the connector's program waited for ever.) */
-        struct vs_rdma_msg m = {.type = VS_RDMA_MSG_CUT};
-        if (vs_rdma_post_msg(c, &m) == 0)
-            vs_rdma_wait_placed(c, SETUP_LEAVE_NS);
-        atomic_store(&c->st.rx_back_on_tcp, true);
-        vs_rdma_proof_wipe(&c->proof);
-        vs_rdma_conn_fail(c, reason);
+        leave_waiting_ring(c, reason);
     } else if (hs == VS_RDMA_YOUNG) {
         vs_rdma_conn_fail(c, reason); /* the peer has nothing of ours to wait for */
     } else if (hs != VS_RDMA_DONE && hs != VS_RDMA_FAILED) {
@@ -599,9 +607,14 @@ void vs_rdma_progress(struct vs_rdma_conn *c, int fd)
     }
     hs = atomic_load(&c->hs);
     if (hs == VS_RDMA_ACCEPT || hs == VS_RDMA_WAIT_RING) {
-        if (!take_setup_msg(c, hs) && (atomic_load(&c->broken) ||
-                                       vs_now_ns() > c->up.deadline_ns + VS_RDMA_MESSAGES_GRACE_NS))
-            fail(c, VS_REASON_HANDSHAKE_TIMEOUT);
+        bool broken = atomic_load(&c->broken);
+        if (!take_setup_msg(c, hs) &&
+            (broken || vs_now_ns() > c->up.deadline_ns + VS_RDMA_MESSAGES_GRACE_NS)) {
+            if (hs == VS_RDMA_WAIT_RING && !broken)
+                leave_waiting_ring(c, VS_REASON_HANDSHAKE_TIMEOUT);
+            else
+                fail(c, VS_REASON_HANDSHAKE_TIMEOUT);
+        }
     } else if (hs == VS_RDMA_RETRY || hs == VS_RDMA_LISTEN) {
         if (vs_upgrade_peer_silent(&c->up, &c->st, fd))
             no_answer(c);
