@@ -79,7 +79,7 @@ def build(R, S, H, I, notes):
     dev = I.get("dev", "rxe0")
     vs_label = "vsocket (defaults)" if pair else "vsocket rdma"
     if pair:
-        tcp_bytes = ("TCP bytes on B's eth0, both ways (tc counters)" if I.get("tcp_bytes") == "tc" else
+        tcp_bytes = ("TCP payload on B's eth0, both ways: tc counters less the headers, 66 B a packet out and 52 B in" if I.get("tcp_bytes") == "tc" else
                      "all of B's eth0 bytes, RoCE frames included (no tc counters): an upper bound")
     else:
         tcp_bytes = "`lo` bytes"
@@ -118,6 +118,8 @@ def build(R, S, H, I, notes):
             ok = False
         lat_ok.append((s, ok))
         ok_k = None if v is None or k is None else v <= k and not on_tcp("pingpong", s)
+        if v is None and k is not None:
+            ok_k = False
         lat_k_ok.append((s, ok_k))
         cells = [human(s), f(k), f(r), f"**{f(v)}**", f(rs), f(ib2), f(ratio(v, k), 2), f(ratio(v, r), 2), f(ratio(v, rs), 2), yn(ok, "pingpong", s)]
         if pair:
@@ -160,10 +162,11 @@ def build(R, S, H, I, notes):
     # ----- did vsocket use RDMA
     out.append("**Did the vsocket runs use RDMA?** Per run: lines \"upgraded to rdma\" in the client's log (1 = its one connection),"
                f" {dev} packets (sent+rcvd{', in B' if pair else ''}) during the run, and the bytes that crossed kernel TCP ({tcp_bytes}) as a share of the bytes"
-               " the program moved (the TCP connect, the request and the warm-up before the upgrade ended). Kernel TCP runs: 0 rxe packets.")
+               " the program moved (the TCP connect, the request and the warm-up before the upgrade ended). Kernel TCP runs: 0 rxe packets;"
+               " rsocket runs (ping-pong + stream): many, or rsocket fell back to kernel TCP.")
     out.append("")
-    out.append("| size | ping-pong: upgraded | rxe pkts | TCP share | stream: upgraded | rxe pkts | TCP share | kernel runs' rxe pkts |")
-    out.append("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    out.append("| size | ping-pong: upgraded | rxe pkts | TCP share | stream: upgraded | rxe pkts | TCP share | kernel runs' rxe pkts | rsocket runs' rxe pkts |")
+    out.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     rdma_bad = []
 
     def share_of(lo, b):
@@ -177,7 +180,10 @@ def build(R, S, H, I, notes):
             if not u or not p:
                 rdma_bad.append(f"{t} {human(s)}")
         kp = (g("pingpong_pkts_tcp", s) or 0) + (g("stream_pkts_tcp", s) or 0)
-        out.append(f"| {human(s)} | " + " | ".join(cells) + f" | {int(kp)} |")
+        # rsocket falls back to kernel TCP silently where rdma_cm fails: its
+        # runs' packets show it did not.
+        rp = [g(f"{t}_pkts_rs", s) for t in ("pingpong", "stream")]
+        out.append(f"| {human(s)} | " + " | ".join(cells) + f" | {int(kp)} | {' + '.join(f(x, 0) for x in rp)} |")
     out.append("")
     rows_rdma, rows_other = S.get("vs_server_rows_rdma", "?"), S.get("vs_server_rows_other", "?")
     out.append(f"`vsocket stat --all` of the vsocket sweep server{' (in A)' if pair else ''} at the end (since its last restart, after a failed point): {rows_rdma} connections on `rdma` (device {dev}),"
@@ -256,15 +262,15 @@ def programs(R, S, dev, share_of):
     out.append(f"vsocket's program runs on RDMA? \"upgraded\": lines \"upgraded to rdma\" in the client's log (sockperf: 1 connection,"
                f" iperf3: 2, its control one and its stream) and in the server's; {dev} packets in B; TCP share as above.")
     out.append("")
-    out.append("| program | client upgraded | server upgraded | rxe pkts | TCP share | kernel run's rxe pkts |")
-    out.append("|---|---:|---:|---:|---:|---:|")
+    out.append("| program | client upgraded | server upgraded | rxe pkts | TCP share | kernel run's rxe pkts | rsocket run's rxe pkts |")
+    out.append("|---|---:|---:|---:|---:|---:|---:|")
     bad = []
     for name, s in (("sockperf", 64), ("iperf3", 131072)):
         u, p = g(f"{name}_upg_vs", s), g(f"{name}_pkts_vs", s)
         if u is None and p is None:
             continue
         out.append(f"| {name} | {f(u, 0)} | {S.get(f'{name}_server_upgrade_logs', '-')} | {f(p, 0)} |"
-                   f" {share_of(g(f'{name}_lo_vs', s), g(f'{name}_bytes_vs', s))} | {f(g(f'{name}_pkts_tcp', s), 0)} |")
+                   f" {share_of(g(f'{name}_lo_vs', s), g(f'{name}_bytes_vs', s))} | {f(g(f'{name}_pkts_tcp', s), 0)} | {f(g(f'{name}_pkts_rs', s), 0)} |")
         if not u or not p:
             bad.append(name)
     out.append("")
