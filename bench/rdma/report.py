@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """bench/rdma/report.py - the report of bench/rdma/run (standard library only).
 
-Reads the raw output of one guest run (lines "R KEY SIZE VALUE", "S KEY ...",
-"N note", "I info", "H host info"), prints the tables, and with --results /
---svg replaces the section of bench/RESULTS.md and writes the plot (plain SVG).
+Reads the raw output of one guest run, or of one pair run (bench/rdma/run
+--pair; its line "I layout=pair ..." says so), as lines "R KEY SIZE VALUE",
+"S KEY ...", "N note", "I info", "H host info"; prints the tables, and with
+--results / --svg replaces the run's section of bench/RESULTS.md (a pair
+run has its own, before the one-guest one, with a "<= kernel?" column and
+the programs sockperf and iperf3) and writes the plot (plain SVG).
 """
 import argparse
 import math
@@ -12,6 +15,7 @@ import sys
 from collections import defaultdict
 
 SECTION = "## RDMA benchmark: vsocket vs kernel TCP, rsocket, perftest (one Soft-RoCE guest run)"
+SECTION_PAIR = "## RDMA benchmark across two guests: vsocket with its defaults vs kernel TCP, rsocket, perftest (one pair run)"
 RING = 256 << 10  # VSOCKET_RDMA_RING default (src/config/config.h)
 # Above this share of its bytes on kernel TCP a vsocket point measured the
 # kernel (its connection left RDMA); below it, the share is the warm-up
@@ -69,16 +73,21 @@ def ratio(a, b):
 
 
 def build(R, S, H, I, notes):
+    # The layout of the run: one guest (servers and clients on rxe0), or a
+    # pair (servers in A, clients in B, across the link on rxe1).
+    pair = I.get("layout") == "pair"
+    dev = I.get("dev", "rxe0")
+    vs_label = "vsocket (defaults)" if pair else "vsocket rdma"
+    if pair:
+        tcp_bytes = ("TCP payload on B's eth0, both ways: tc counters less the headers, 66 B a packet out and 52 B in" if I.get("tcp_bytes") == "tc" else
+                     "all of B's eth0 bytes, RoCE frames included (no tc counters): an upper bound")
+    else:
+        tcp_bytes = "`lo` bytes"
     sizes = sorted({s for k in ("pp_p50_tcp", "pp_p50_vs", "st_gbps_vs", "ib_write_bw", "st_gbps_tcp") for s in R.get(k, {})} |
-                   {s for k, d in R.items() if k.endswith("_bytes_vs") for s in d})
+                   {s for k, d in R.items() if k.endswith("_bytes_vs") and k.split("_")[0] in ("pingpong", "stream") for s in d})
     g = lambda k, s: R.get(k, {}).get(s)
+    has_vc = bool(R.get("st_gbps_vc") or R.get("pp_p50_vc"))
     out = []
-    # ----- latency
-    out.append("**Latency**: round trip in µs (vsocket-sweep ping-pong, median of the timed round trips after 50 warm-up ones, 5 from 1 MiB;"
-               " rstream: its usec/xfer, spinning; perftest: 2 × ib_send_lat t_typical). Ratio < 1: vsocket faster.")
-    out.append("")
-    out.append("| size | kernel TCP | rsocket preload | **vsocket rdma** | rstream | 2×ib_send_lat | vs/kernel | vs/rsocket | vs/rstream | ≤ rsocket? |")
-    out.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|")
     # A point whose bytes mostly crossed kernel TCP (the connection left RDMA:
     # spilled, or its peer did) measured the kernel, not vsocket: it cannot
     # meet a target.
@@ -86,7 +95,21 @@ def build(R, S, H, I, notes):
         lo, b = g(f"{t}_lo_vs", s), g(f"{t}_bytes_vs", s)
         return lo is not None and bool(b) and lo / b > TCP_SHARE_MAX
 
-    lat_ok = []
+    def yn(ok, t, s):
+        return "-" if ok is None else ("yes" if ok else ("**no** (on TCP)" if on_tcp(t, s) else "**no**"))
+
+    def row(cells):
+        return "| " + " | ".join(cells) + " |"
+    # ----- latency
+    out.append("**Latency**: round trip in µs (vsocket-sweep ping-pong, median of the timed round trips after 50 warm-up ones, 5 from 1 MiB;"
+               " rstream: its usec/xfer, spinning; perftest: 2 × ib_send_lat t_typical). Ratio < 1: vsocket faster.")
+    out.append("")
+    head = ["size", "kernel TCP", "rsocket preload", f"**{vs_label}**", "rstream", "2×ib_send_lat", "vs/kernel", "vs/rsocket", "vs/rstream", "≤ rsocket?"]
+    if pair:
+        head.append("≤ kernel?")
+    out.append(row(head))
+    out.append("|" + "---:|" * (len(head) - 1 - pair) + ":---:|" * (1 + pair))
+    lat_ok, lat_k_ok = [], []
     for s in sizes:
         k, r, v, rs, ib = g("pp_p50_tcp", s), g("pp_p50_rs", s), g("pp_p50_vs", s), g("rstream_rtt", s), g("ib_send_lat", s)
         ib2 = 2 * ib if ib is not None else None
@@ -94,17 +117,28 @@ def build(R, S, H, I, notes):
         if (v is None and r is not None) or on_tcp("pingpong", s):
             ok = False
         lat_ok.append((s, ok))
-        out.append(f"| {human(s)} | {f(k)} | {f(r)} | **{f(v)}** | {f(rs)} | {f(ib2)} | {f(ratio(v, k), 2)} | "
-                   f"{f(ratio(v, r), 2)} | {f(ratio(v, rs), 2)} | {'-' if ok is None else ('yes' if ok else ('**no** (on TCP)' if on_tcp('pingpong', s) else '**no**'))} |")
+        ok_k = None if v is None or k is None else v <= k and not on_tcp("pingpong", s)
+        if v is None and k is not None:
+            ok_k = False
+        lat_k_ok.append((s, ok_k))
+        cells = [human(s), f(k), f(r), f"**{f(v)}**", f(rs), f(ib2), f(ratio(v, k), 2), f(ratio(v, r), 2), f(ratio(v, rs), 2), yn(ok, "pingpong", s)]
+        if pair:
+            cells.append(yn(ok_k, "pingpong", s))
+        out.append(row(cells))
     out.append("")
     # ----- bandwidth
-    out.append("**Bandwidth**: Gb/s (vsocket-sweep stream, receiver's rate, one connection, writes of SIZE bytes, after 50 warm-up"
-               " round trips; rstream: its Gb/sec; perftest ib_write_bw: BW average). Ratio > 1: vsocket faster."
-               " vsocket rdma runs with its defaults (zero copy from 1 MiB: VSOCKET_RDMA_ZCOPY); \"copy path\": the same with"
-               " VSOCKET_RDMA_ZCOPY=0; \"zc/copy\": the ratio, stream and ping-pong (round trip, copy ÷ zero copy).")
+    text = ("**Bandwidth**: Gb/s (vsocket-sweep stream, receiver's rate, one connection, writes of SIZE bytes, after 50 warm-up"
+            " round trips; rstream: its Gb/sec; perftest ib_write_bw: BW average). Ratio > 1: vsocket faster.")
+    if has_vc:
+        text += (" vsocket rdma runs with its defaults (zero copy from 1 MiB: VSOCKET_RDMA_ZCOPY); \"copy path\": the same with"
+                 " VSOCKET_RDMA_ZCOPY=0; \"zc/copy\": the ratio, stream and ping-pong (round trip, copy ÷ zero copy).")
+    out.append(text)
     out.append("")
-    out.append("| size | kernel TCP | rsocket preload | **vsocket rdma** | rstream | ib_write_bw | copy path | zc/copy (stream, ping-pong) | vs/kernel | vs/rsocket | vs/rstream | vs/ib_write_bw | ≥ rsocket? | ≥ 0.9 ib_write_bw? |")
-    out.append("|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|:---:|:---:|")
+    head = ["size", "kernel TCP", "rsocket preload", f"**{vs_label}**", "rstream", "ib_write_bw"]
+    head += ["copy path", "zc/copy (stream, ping-pong)"] if has_vc else []
+    head += ["vs/kernel", "vs/rsocket", "vs/rstream", "vs/ib_write_bw", "≥ rsocket?", "≥ 0.9 ib_write_bw?"]
+    out.append(row(head))
+    out.append("|---:|---:|---:|---:|---:|---:|" + ("---:|---|" if has_vc else "") + "---:|---:|---:|---:|:---:|:---:|")
     bw_ok, ceil_ok = [], []
     for s in sizes:
         k, r, v, rs, ib = g("st_gbps_tcp", s), g("st_gbps_rs", s), g("st_gbps_vs", s), g("rstream_gbps", s), g("ib_write_bw", s)
@@ -116,38 +150,54 @@ def build(R, S, H, I, notes):
         if s >= 65536:
             c = None if v is None or ib is None else v >= 0.9 * ib and not on_tcp("stream", s)
             ceil_ok.append((s, c))
-        vc = g("st_gbps_vc", s)
-        zc = f"{f(ratio(v, vc), 2)}, {f(ratio(g('pp_p50_vc', s), g('pp_p50_vs', s)), 2)}" if vc is not None else "-"
-        out.append(f"| {human(s)} | {f(k, 3)} | {f(r, 3)} | **{f(v, 3)}** | {f(rs, 3)} | {f(ib, 3)} | {f(vc, 3)} | {zc} | {f(ratio(v, k), 2)} | "
-                   f"{f(ratio(v, r), 2)} | {f(ratio(v, rs), 2)} | {f(ratio(v, ib), 2)} | {'-' if ok is None else ('yes' if ok else ('**no** (on TCP)' if on_tcp('stream', s) else '**no**'))} | "
-                   f"{'' if s < 65536 else ('-' if c is None else ('yes' if c else '**no**'))} |")
+        cells = [human(s), f(k, 3), f(r, 3), f"**{f(v, 3)}**", f(rs, 3), f(ib, 3)]
+        if has_vc:
+            vc = g("st_gbps_vc", s)
+            zc = f"{f(ratio(v, vc), 2)}, {f(ratio(g('pp_p50_vc', s), g('pp_p50_vs', s)), 2)}" if vc is not None else "-"
+            cells += [f(vc, 3), zc]
+        cells += [f(ratio(v, k), 2), f(ratio(v, r), 2), f(ratio(v, rs), 2), f(ratio(v, ib), 2), yn(ok, "stream", s),
+                  "" if s < 65536 else ("-" if c is None else ("yes" if c else "**no**"))]
+        out.append(row(cells))
     out.append("")
     # ----- did vsocket use RDMA
     out.append("**Did the vsocket runs use RDMA?** Per run: lines \"upgraded to rdma\" in the client's log (1 = its one connection),"
-               " rxe0 packets (sent+rcvd) during the run, and the bytes that crossed kernel TCP (`lo` bytes) as a share of the bytes"
-               " the program moved (the TCP connect, the request and the warm-up before the upgrade ended). Kernel TCP runs: 0 rxe packets.")
+               f" {dev} packets (sent+rcvd{', in B' if pair else ''}) during the run, and the bytes that crossed kernel TCP ({tcp_bytes}) as a share of the bytes"
+               " the program moved (the TCP connect, the request and the warm-up before the upgrade ended). Kernel TCP runs: 0 rxe packets;"
+               " rsocket runs (ping-pong + stream): many, or rsocket fell back to kernel TCP.")
     out.append("")
-    out.append("| size | ping-pong: upgraded | rxe pkts | TCP share | stream: upgraded | rxe pkts | TCP share | kernel runs' rxe pkts |")
-    out.append("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    out.append("| size | ping-pong: upgraded | rxe pkts | TCP share | stream: upgraded | rxe pkts | TCP share | kernel runs' rxe pkts | rsocket runs' rxe pkts |")
+    out.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     rdma_bad = []
+
+    def share_of(lo, b):
+        share = lo / b if lo is not None and b else None
+        return "-" if share is None else f"{100 * share:.2g} %"
     for s in sizes:
         cells = []
         for t in ("pingpong", "stream"):
             u, p, lo, b = g(f"{t}_upg_vs", s), g(f"{t}_pkts_vs", s), g(f"{t}_lo_vs", s), g(f"{t}_bytes_vs", s)
-            share = lo / b if lo is not None and b else None
-            cells += [f(u, 0), f(p, 0), "-" if share is None else f"{100 * share:.2g} %"]
+            cells += [f(u, 0), f(p, 0), share_of(lo, b)]
             if not u or not p:
                 rdma_bad.append(f"{t} {human(s)}")
         kp = (g("pingpong_pkts_tcp", s) or 0) + (g("stream_pkts_tcp", s) or 0)
-        out.append(f"| {human(s)} | " + " | ".join(cells) + f" | {int(kp)} |")
+        # rsocket falls back to kernel TCP silently where rdma_cm fails: its
+        # runs' packets show it did not.
+        rp = [g(f"{t}_pkts_rs", s) for t in ("pingpong", "stream")]
+        out.append(f"| {human(s)} | " + " | ".join(cells) + f" | {int(kp)} | {' + '.join(f(x, 0) for x in rp)} |")
     out.append("")
     rows_rdma, rows_other = S.get("vs_server_rows_rdma", "?"), S.get("vs_server_rows_other", "?")
-    out.append(f"`vsocket stat --all` of the vsocket sweep server at the end (since its last restart, after a failed point): {rows_rdma} connections on `rdma` (device rxe0),"
+    out.append(f"`vsocket stat --all` of the vsocket sweep server{' (in A)' if pair else ''} at the end (since its last restart, after a failed point): {rows_rdma} connections on `rdma` (device {dev}),"
                f" {rows_other} on another transport; the server logged \"upgraded to rdma\" {S.get('vs_server_upgrade_logs', '?')} times.")
     out.append("")
+    # ----- programs (pair runs)
+    prog_lines, prog_bad = programs(R, S, dev, share_of)
+    out += prog_lines
+    rdma_bad += prog_bad
     # ----- conns
-    conns_lines, conns_summary = conns(S)
-    out += conns_lines
+    conns_summary = None
+    if not pair:
+        conns_lines, conns_summary = conns(S)
+        out += conns_lines
     # ----- targets
     def verdict(lst):
         known = [(s, o) for s, o in lst if o is not None]
@@ -158,20 +208,73 @@ def build(R, S, H, I, notes):
     tl = []
     v1, b1 = verdict(lat_ok)
     tl.append(f"| vsocket latency ≤ rsocket's (preload, same program) at every size | {v1} | {'slower or on kernel TCP at ' + ', '.join(b1) if b1 else 'all sizes'} |")
+    if pair:
+        v1k, b1k = verdict(lat_k_ok)
+        tl.append(f"| vsocket latency ≤ kernel TCP's on the same link at every size | {v1k} | {'slower or on kernel TCP at ' + ', '.join(b1k) if b1k else 'all sizes'} |")
     v2, b2 = verdict(bw_ok)
     tl.append(f"| vsocket bandwidth ≥ rsocket's at every size | {v2} | {'below or on kernel TCP at ' + ', '.join(b2) if b2 else 'all sizes'} |")
     v3, b3 = verdict(ceil_ok)
     det3 = ", ".join(f"{human(s)} {f(ratio(g('st_gbps_vs', s), g('ib_write_bw', s)), 2)}" for s, _ in ceil_ok)
-    tl.append(f"| vsocket bandwidth ≥ 90 % of ib_write_bw from 64 KiB | {v3} | vs/ib_write_bw: {det3} |")
-    big = max(sizes) if sizes else None
-    zs, zp = (ratio(g("st_gbps_vs", big), g("st_gbps_vc", big)), ratio(g("pp_p50_vc", big), g("pp_p50_vs", big))) if big else (None, None)
-    zv = "not measured" if zs is None and zp is None else ("**met**" if max(x for x in (zs, zp) if x is not None) >= 1.5 else "**not met**")
-    if big and (on_tcp("stream", big) or on_tcp("pingpong", big)):
-        zv = "**not met**"  # the zero-copy run measured the kernel
-    tl.append(f"| zero-copy path ≥ 1.5× the copy path at 4 MiB | {zv} | at {human(big) if big else '-'}: stream {f(zs, 2)}×, ping-pong {f(zp, 2)}× |")
-    tl.append(f"| {S.get('C_vs_requested', '1000')} concurrent RDMA connections in one process, memory per connection stated | {conns_summary[0]} | {conns_summary[1]} |")
+    tl.append(f"| vsocket bandwidth ≥ 90 % of ib_write_bw{' across the link' if pair else ''} from 64 KiB | {v3} | vs/ib_write_bw: {det3} |")
+    if has_vc:
+        big = max(sizes) if sizes else None
+        zs, zp = (ratio(g("st_gbps_vs", big), g("st_gbps_vc", big)), ratio(g("pp_p50_vc", big), g("pp_p50_vs", big))) if big else (None, None)
+        zv = "not measured" if zs is None and zp is None else ("**met**" if max(x for x in (zs, zp) if x is not None) >= 1.5 else "**not met**")
+        if big and (on_tcp("stream", big) or on_tcp("pingpong", big)):
+            zv = "**not met**"  # the zero-copy run measured the kernel
+        tl.append(f"| zero-copy path ≥ 1.5× the copy path at 4 MiB | {zv} | at {human(big) if big else '-'}: stream {f(zs, 2)}×, ping-pong {f(zp, 2)}× |")
+    if conns_summary:
+        tl.append(f"| {S.get('C_vs_requested', '1000')} concurrent RDMA connections in one process, memory per connection stated | {conns_summary[0]} | {conns_summary[1]} |")
     targets = ["| target | verdict | detail |", "|---|---|---|"] + tl
     return out, targets, notes, rdma_bad, sizes
+
+
+# Programs of a pair run: (name, key of its figure, its size key, what it is, digits, lower is better)
+PROGRAMS = [("sockperf", "sockperf_avg", 64, "sockperf TCP ping-pong 64 B, avg latency (µs, ½ round trip)", 1, True),
+            ("sockperf", "sockperf_p50", 64, "sockperf, median latency (µs, ½ round trip)", 1, True),
+            ("iperf3", "iperf3_gbps", 131072, "iperf3 one stream (Gb/s, receiver)", 3, False),
+            ("iperf3", "iperf3_cpu_client", 131072, "iperf3 CPU, client (% of a vCPU, its figure)", 0, True),
+            ("iperf3", "iperf3_cpu_server", 131072, "iperf3 CPU, server (% of a vCPU, its figure)", 0, True)]
+
+
+def programs(R, S, dev, share_of):
+    g = lambda k, s: R.get(k, {}).get(s)
+    if not any(R.get(f"{p[1]}_{t}") or R.get(f"{p[0]}_fail_{t}") for p in PROGRAMS for t in ("tcp", "rs", "vs")):
+        return [], []
+    out = ["**Programs** across the link, unmodified, each over kernel TCP, rsocket's preload and vsocket with its defaults"
+           " (servers in A, clients in B, in the same run as the tables above). \"fails\": the program did not give a figure"
+           " (see the notes).", "",
+           "| program | kernel TCP | rsocket preload | **vsocket (defaults)** | vs/kernel | vs/rsocket | vsocket faster? |",
+           "|---|---:|---:|---:|---:|---:|:---:|"]
+
+    def cell(key, name, tr, s, d):
+        v = g(f"{key}_{tr}", s)
+        if v is None and g(f"{name}_fail_{tr}", s):
+            return None, "fails"
+        return v, f(v, d)
+    for name, key, s, label, d, lower in PROGRAMS:
+        (k, kc), (r, rc), (v, vc) = (cell(key, name, t, s, d) for t in ("tcp", "rs", "vs"))
+        if k is None and r is None and v is None:
+            continue
+        better = "" if "cpu" in key else ("-" if v is None or k is None else ("yes" if (v <= k if lower else v >= k) else "**no**"))
+        out.append(f"| {label} | {kc} | {rc} | **{vc}** | {f(ratio(v, k), 2)} | {f(ratio(v, r), 2)} | {better} |")
+    out.append("")
+    out.append(f"vsocket's program runs on RDMA? \"upgraded\": lines \"upgraded to rdma\" in the client's log (sockperf: 1 connection,"
+               f" iperf3: 2, its control one and its stream) and in the server's; {dev} packets in B; TCP share as above.")
+    out.append("")
+    out.append("| program | client upgraded | server upgraded | rxe pkts | TCP share | kernel run's rxe pkts | rsocket run's rxe pkts |")
+    out.append("|---|---:|---:|---:|---:|---:|---:|")
+    bad = []
+    for name, s in (("sockperf", 64), ("iperf3", 131072)):
+        u, p = g(f"{name}_upg_vs", s), g(f"{name}_pkts_vs", s)
+        if u is None and p is None:
+            continue
+        out.append(f"| {name} | {f(u, 0)} | {S.get(f'{name}_server_upgrade_logs', '-')} | {f(p, 0)} |"
+                   f" {share_of(g(f'{name}_lo_vs', s), g(f'{name}_bytes_vs', s))} | {f(g(f'{name}_pkts_tcp', s), 0)} | {f(g(f'{name}_pkts_rs', s), 0)} |")
+        if not u or not p:
+            bad.append(name)
+    out.append("")
+    return out, bad
 
 
 def conns(S):
@@ -251,13 +354,13 @@ def conns(S):
     return out, summ
 
 
-def svg_plot(R, sizes, path, title):
+def svg_plot(R, sizes, path, title, vs_label="vsocket rdma"):
     W, Hh = 1000, 430
     panels = [("round trip (µs), lower is better", [("pp_p50_tcp", "kernel TCP", "#777777"), ("pp_p50_rs", "rsocket preload", "#d62728"),
-                                                    ("rstream_rtt", "rstream", "#ff9896"), ("pp_p50_vs", "vsocket rdma", "#1f77b4"),
+                                                    ("rstream_rtt", "rstream", "#ff9896"), ("pp_p50_vs", vs_label, "#1f77b4"),
                                                     ("ib_send_lat*2", "2×ib_send_lat", "#2ca02c")]),
               ("bandwidth (Gb/s), higher is better", [("st_gbps_tcp", "kernel TCP", "#777777"), ("st_gbps_rs", "rsocket preload", "#d62728"),
-                                                      ("rstream_gbps", "rstream", "#ff9896"), ("st_gbps_vs", "vsocket rdma", "#1f77b4"),
+                                                      ("rstream_gbps", "rstream", "#ff9896"), ("st_gbps_vs", vs_label, "#1f77b4"),
                                                       ("ib_write_bw", "ib_write_bw", "#2ca02c")])]
     el = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{Hh}" viewBox="0 0 {W} {Hh}" font-family="sans-serif" font-size="12">',
           f'<rect width="{W}" height="{Hh}" fill="white"/>',
@@ -316,10 +419,13 @@ def main():
     ap.add_argument("--svg")
     a = ap.parse_args()
     R, S, H, I, notes = parse(a.raw)
+    pair = I.get("layout") == "pair"
     tables, targets, notes, rdma_bad, sizes = build(R, S, H, I, notes)
-    head = (f"Guest: kernel {I.get('guest', '?')}, {I.get('vcpus', '?')} vCPUs (TCG), {I.get('mem_mib', '?')} MiB, rxe0 on dummy0"
-            f" 10.77.0.1; run {I.get('date', '?')}, guest run {H.get('took_s', '?')} s"
-            f" (sweep part {S.get('sweep_done_s', '?')} s, whole command {S.get('total_s', '?')} s in the guest);"
+    where = (f"two guests (`tools/rdma-guest/pair`), servers in A {I.get('server', '10.77.1.1')}, clients in B, across the link on"
+             f" {I.get('dev', 'rxe1')} (Soft-RoCE on eth0); each guest: kernel" if pair else "Guest: kernel")
+    head = (f"{where} {I.get('guest', '?')}, {I.get('vcpus', '?')} vCPUs (TCG), {I.get('mem_mib', '?')} MiB"
+            f"{'' if pair else ', rxe0 on dummy0 10.77.0.1'}; run {I.get('date', '?')}, {'pair' if pair else 'guest'} run {H.get('took_s', '?')} s"
+            f" (sweep part {S.get('sweep_done_s', '?')} s, whole command {S.get('total_s', '?')} s in the {'client guest' if pair else 'guest'});"
             f" host: {H.get('host_cores', '?')} cores shared with other work, load average {H.get('host_load', '?')} before;"
             f" commit {H.get('commit', '?')}.")
     body = [head, ""] + tables + ["**Targets** (this run):", ""] + targets + [""]
@@ -330,23 +436,41 @@ def main():
     text = "\n".join(body)
     print(text)
     if a.svg:
-        svg_plot(R, sizes, a.svg, f"vsocket over RDMA (Soft-RoCE, TCG guest) vs kernel TCP, rsocket, perftest — {I.get('date', '')}")
+        title = ("vsocket (defaults) across two Soft-RoCE guests vs kernel TCP, rsocket, perftest" if pair else
+                 "vsocket over RDMA (Soft-RoCE, TCG guest) vs kernel TCP, rsocket, perftest")
+        svg_plot(R, sizes, a.svg, f"{title} — {I.get('date', '')}", "vsocket (defaults)" if pair else "vsocket rdma")
         print(f"(plot written to {a.svg})")
     if a.results:
         md = open(a.results).read()
-        sec = [SECTION, "", f"Recorded by `{H.get('cmd', 'bench/rdma/run')}` (one run of `tools/rdma-guest/run`; see"
-               " `bench/README.md`). **Only ratios between figures of this one run mean anything**: the guest runs under qemu TCG"
-               " emulation (~100× slower than the host) on a shared 2-core machine. Kernel TCP is the guest's stack to its own"
-               " address (routed through `lo`); rsocket, vsocket and perftest go through rxe0 (Soft-RoCE, RoCE v2). The socket"
-               " figures come from one program, `vsocket-sweep` (blocking `read`/`write`: every wait sleeps, so a round trip pays"
-               " emulated wake-ups); rstream and perftest spin on completions and are shown for reference.", "",
-               "![vsocket vs kernel TCP, rsocket, perftest](rdma/rdma-bench.svg)", "", text.rstrip(), ""]
+        if pair:
+            sec = [SECTION_PAIR, "", f"Recorded by `{H.get('cmd', 'bench/rdma/run --pair')}` (one run of `tools/rdma-guest/pair`; see"
+                   " `bench/README.md`). What users get: two hosts, vsocket with its defaults (no setting but `LD_PRELOAD`; the log"
+                   " level only for the proof). **Only ratios between figures of this one run mean anything**: each guest runs under"
+                   " qemu TCG emulation (~100× slower than the host), both on a shared 2-core machine, joined by a qemu link over a"
+                   " unix socket. Kernel TCP crosses that link on eth0; rsocket, vsocket and perftest cross it on rxe1 (Soft-RoCE,"
+                   " RoCE v2). The socket figures come from one program, `vsocket-sweep` (blocking `read`/`write`), then from two"
+                   " unmodified programs (sockperf, iperf3); rstream and perftest spin on completions and are shown for reference."
+                   " The one-guest section follows.", "",
+                   "![vsocket across two guests vs kernel TCP, rsocket, perftest](rdma/rdma-pair.svg)", "", text.rstrip(), ""]
+        else:
+            sec = [SECTION, "", f"Recorded by `{H.get('cmd', 'bench/rdma/run')}` (one run of `tools/rdma-guest/run`; see"
+                   " `bench/README.md`). **Only ratios between figures of this one run mean anything**: the guest runs under qemu TCG"
+                   " emulation (~100× slower than the host) on a shared 2-core machine. Kernel TCP is the guest's stack to its own"
+                   " address (routed through `lo`); rsocket, vsocket and perftest go through rxe0 (Soft-RoCE, RoCE v2). The socket"
+                   " figures come from one program, `vsocket-sweep` (blocking `read`/`write`: every wait sleeps, so a round trip pays"
+                   " emulated wake-ups); rstream and perftest spin on completions and are shown for reference.", "",
+                   "![vsocket vs kernel TCP, rsocket, perftest](rdma/rdma-bench.svg)", "", text.rstrip(), ""]
         new = "\n".join(sec) + "\n"
-        pat = re.compile(r"^" + re.escape(SECTION) + r"\n.*?(?=^## |\Z)", re.S | re.M)
+        title = SECTION_PAIR if pair else SECTION
+        pat = re.compile(r"^" + re.escape(title) + r"\n.*?(?=^## |\Z)", re.S | re.M)
         if pat.search(md):
             md = pat.sub(lambda m: new, md, count=1)
         else:
-            i = md.find("\n## ")
+            # A new pair section goes just before the one-guest one (what
+            # users get first); anything else before the first section.
+            i = md.find("\n" + SECTION + "\n") if pair else -1
+            if i < 0:
+                i = md.find("\n## ")
             md = md[:i + 1] + new + "\n" + md[i + 1:] if i >= 0 else md + "\n" + new
         open(a.results, "w").write(md)
         print(f"(section written to {a.results})")
