@@ -32,7 +32,9 @@ if [ "$VSG_ROLE" = A ]; then
   barrier started 60
   barrier done 400
   ok=0
-  logs_on_rdma A $((modes * conns)) "$log" || ok=1
+  # The server's end of a mode's last connection may close before the
+  # client's last set-up message comes (the client's end says upgraded).
+  SETUP_AT_CLOSE_OK=1 logs_on_rdma A $((modes * conns)) "$log" || ok=1
   exit $ok
 fi
 barrier started 60
