@@ -182,6 +182,16 @@ int vs_rdma_wait(struct vs_rdma_conn *c, int fd, short tcp_events, struct vs_blo
 
 /* Tells the peer how far we read: at a quarter of the ring, or at once
  * when it waits for space or for an offer to be consumed. */
+/* Writes our credit; WAITS: the peer waits for it (a write with immediate
+ * wakes it). A post that fails leaves the wait to the next read. */
+static void send_credit(struct vs_rdma_conn *c, bool waits)
+{
+    if (waits)
+        atomic_store(&c->peer_waits, false);
+    if (vs_rdma_post_credit(c, waits) < 0 && waits)
+        atomic_store(&c->peer_waits, true);
+}
+
 void vs_rdma_credit_read(struct vs_rdma_conn *c)
 {
     vs_rdma_offers_consumed(c);
@@ -192,10 +202,7 @@ void vs_rdma_credit_read(struct vs_rdma_conn *c)
     pthread_mutex_unlock(&c->qp_lock);
     if (unsent == 0 || (unsent < c->rx_size / 4 && !waits))
         return;
-    if (waits)
-        atomic_store(&c->peer_waits, false);
-    if (vs_rdma_post_credit(c, waits) < 0 && waits)
-        atomic_store(&c->peer_waits, true);
+    send_credit(c, waits);
 }
 
 /* Copies up to the readable bytes into the window. (rx) */
@@ -548,11 +555,9 @@ static ssize_t rdma_send(struct vs_rdma_conn *c, int fd, const struct iovec *iov
      * with every send doubled a ping-pong's frames (each write gets its own
      * RC ACK); where frames cost (an emulated link) that doubled its time. */
     uint64_t unsent = c->rx_tail - atomic_load(&c->rx_credited);
-    if (unsent && (atomic_load(&c->peer_waits) || unsent >= c->rx_size / 16)) {
-        bool waits = atomic_exchange(&c->peer_waits, false);
-        if (vs_rdma_post_credit(c, waits) < 0 && waits)
-            atomic_store(&c->peer_waits, true); /* the next read answers */
-    }
+    bool waits = atomic_load(&c->peer_waits);
+    if (unsent && (waits || unsent >= c->rx_size / 16))
+        send_credit(c, waits);
     return total ? (ssize_t)total : -EAGAIN;
 }
 
