@@ -54,6 +54,7 @@
  * eventfd of its own (the outer wait is not ours to count). */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,6 +69,7 @@
 #include "core/ownfd.h"
 #include "base/real.h"
 #include "base/sandbox.h"
+#include "base/signals.h"
 #include "readiness/epoll.h"
 #include "readiness/wait_common.h"
 #include "base/syscall.h"
@@ -1324,14 +1326,41 @@ static void disarm_all(struct armed *a)
     free(a->what);
 }
 
-static int kernel_wait(int epfd, struct epoll_event *kev, int max, long ns, const sigset_t *mask)
+/* epoll_pwait2, which takes its timeout by address (base/signals.h zeroes
+ * it there), or epoll_pwait on kernels before 5.11. */
+static int kernel_pwait2(int epfd, struct epoll_event *kev, int max, struct timespec *ts,
+                         const sigset_t *mask)
 {
-    int ms = ns < 0 ? -1 : (int)((ns + 999999) / 1000000);
+    static _Atomic bool no_pwait2;
+    if (!atomic_load_explicit(&no_pwait2, memory_order_relaxed)) {
+        int n = (int)vs_syscall(SYS_epoll_pwait2, epfd, kev, max, ts, mask, _NSIG / 8);
+        if (n >= 0 || errno != ENOSYS)
+            return n;
+        atomic_store(&no_pwait2, true);
+    }
+    int ms = !ts ? -1 : (int)(ts->tv_sec * 1000 + (ts->tv_nsec + 999999) / 1000000);
     return (int)vs_syscall(SYS_epoll_pwait, epfd, kev, max, ms, mask, _NSIG / 8);
 }
 
+/* One sleep of a wait that started at the mark SIGNALS: interrupted (-1,
+ * EINTR) when a handler ran since, as the kernel's would be. */
+static int kernel_wait(int epfd, struct epoll_event *kev, int max, long ns, const sigset_t *mask,
+                       unsigned signals)
+{
+    struct timespec ts, *tsp = vs_timespec(ns, &ts);
+    int n = 0, err = EINTR;
+    if (!tsp || ns == 0 || vs_signals_sleep_begin(signals, tsp)) {
+        n = kernel_pwait2(epfd, kev, max, tsp, mask);
+        err = errno;
+    }
+    if (ns != 0 && vs_signals_sleep_end(signals) && n == 0)
+        n = -1;
+    errno = err;
+    return n;
+}
+
 static int wait_translated(int epfd, struct epoll_event *events, int max, long timeout_ns,
-                           const sigset_t *mask)
+                           const sigset_t *mask, unsigned signals)
 {
     struct epoll_event *kev = malloc((size_t)max * sizeof(*kev));
     if (!kev) {
@@ -1383,7 +1412,8 @@ static int wait_translated(int epfd, struct epoll_event *events, int max, long t
         if (has_cold && (left < 0 || left > SWEEP_NS))
             left = SWEEP_NS;
         int n =
-            w.n < max ? kernel_wait(epfd, kev, max - w.n, w.n ? 0 : left, w.n ? NULL : mask) : 0;
+            w.n < max ? kernel_wait(epfd, kev, max - w.n, w.n ? 0 : left, w.n ? NULL : mask, signals)
+                      : 0;
         int err = errno;
         vs_spin_woke();
         if (on_shared)
@@ -1449,6 +1479,7 @@ static int translate_late(int epfd, struct epoll_event *events, int n, int max)
 static int do_wait(int epfd, struct epoll_event *events, int max, long timeout_ns,
                    const sigset_t *mask)
 {
+    unsigned signals = vs_signals_mark();
     bool have = false;
     if (epfd >= 0 && epfd < MAX_EPFD && events && max > 0) {
         pthread_mutex_lock(&lock);
@@ -1456,7 +1487,7 @@ static int do_wait(int epfd, struct epoll_event *events, int max, long timeout_n
         pthread_mutex_unlock(&lock);
     }
     if (have)
-        return wait_translated(epfd, events, max, timeout_ns, mask);
+        return wait_translated(epfd, events, max, timeout_ns, mask, signals);
     /* A set without records is the kernel's: no translation. But another
      * thread may add a socket of ours while this one sleeps (gRPC's poller
      * thread does, as its other threads accept and connect), and the
@@ -1464,15 +1495,14 @@ static int do_wait(int epfd, struct epoll_event *events, int max, long timeout_n
      * program, which would take it for its own data. */
     long deadline = timeout_ns < 0 ? -1 : vs_now_ns() + timeout_ns;
     struct timespec ts;
-    int n = (int)vs_syscall(SYS_epoll_pwait2, epfd, events, max, vs_timespec(timeout_ns, &ts), mask,
-                            _NSIG / 8);
+    int n = kernel_pwait2(epfd, events, max, vs_timespec(timeout_ns, &ts), mask);
     if (n <= 0 || !has_tags(events, n))
         return n;
     n = translate_late(epfd, events, n, max);
     long left = deadline < 0 ? -1 : deadline - vs_now_ns();
     if (n > 0 || timeout_ns == 0 || (deadline >= 0 && left <= 0))
         return n;
-    return wait_translated(epfd, events, max, left, mask);
+    return wait_translated(epfd, events, max, left, mask, signals);
 }
 
 VS_EXPORT int epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout)

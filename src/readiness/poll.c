@@ -16,6 +16,7 @@
 #include "core/fdtable.h"
 #include "base/real.h"
 #include "base/sandbox.h"
+#include "base/signals.h"
 #include "readiness/wait_common.h"
 #include "base/syscall.h"
 
@@ -122,7 +123,7 @@ static void idle_all(struct poll_state *st)
 }
 
 static int poll_translated(struct poll_state *st, struct pollfd *fds, long timeout_ns,
-                           const sigset_t *sigmask)
+                           const sigset_t *sigmask, unsigned signals)
 {
     long deadline = timeout_ns < 0 ? -1 : vs_now_ns() + timeout_ns;
     for (;;) {
@@ -150,18 +151,24 @@ static int poll_translated(struct poll_state *st, struct pollfd *fds, long timeo
                 left = slice;
         }
         struct timespec ts, *tsp = vs_timespec(left, &ts);
-        int n = (int)vs_syscall(SYS_ppoll, st->k, st->nk, tsp, sigmask, _NSIG / 8);
-        int err = errno;
+        /* A handler that ran since the call started ends it as the
+         * kernel's would (base/signals.h), unless something is ready. */
+        int n = 0, err = EINTR;
+        if (!tsp || vs_signals_sleep_begin(signals, tsp)) {
+            n = (int)vs_syscall(SYS_ppoll, st->k, st->nk, tsp, sigmask, _NSIG / 8);
+            err = errno;
+        }
+        bool interrupted = vs_signals_sleep_end(signals);
         vs_spin_woke();
         if (armed)
             for (nfds_t i = 0; i < st->n; i++)
                 if (st->armed[i])
                     st->sock[i]->ops->disarm(st->sock[i], st->armed[i]);
-        if (n < 0) {
-            errno = err;
+        int count = n < 0 ? 0 : translate(st, fds);
+        if (count == 0 && (n < 0 || interrupted)) {
+            errno = n < 0 ? err : EINTR;
             return -1;
         }
-        int count = translate(st, fds);
         if (n == 0 && nap)
             idle_all(st); /* a quiet nap: memory may go back */
         if (count > 0 || (left == 0 && !nap) || (deadline >= 0 && vs_now_ns() >= deadline))
@@ -172,6 +179,7 @@ static int poll_translated(struct poll_state *st, struct pollfd *fds, long timeo
 
 int vs_poll(struct pollfd *fds, nfds_t nfds, long timeout_ns, const sigset_t *sigmask)
 {
+    unsigned signals = vs_signals_mark();
     struct vs_sock *stack_sock[STACK_FDS];
     struct vs_sock **sock = nfds <= STACK_FDS ? stack_sock : calloc(nfds, sizeof(*sock));
     if (!sock) {
@@ -204,7 +212,7 @@ int vs_poll(struct pollfd *fds, nfds_t nfds, long timeout_ns, const sigset_t *si
             errno = ENOMEM;
             r = -1;
         } else {
-            r = poll_translated(&st, fds, timeout_ns, sigmask);
+            r = poll_translated(&st, fds, timeout_ns, sigmask, signals);
         }
         int err = errno;
         free(st.k);

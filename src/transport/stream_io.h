@@ -12,6 +12,7 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
+#include "base/signals.h"
 #include "core/transport_ops.h"
 
 size_t vs_iov_total(const struct iovec *iov, size_t cnt);
@@ -24,12 +25,26 @@ bool vs_fd_nonblocking(int fd);
 /* A timeout option (SO_RCVTIMEO, SO_SNDTIMEO) as nanoseconds; -1 when none. */
 long vs_sock_timeout_ns(int fd, int opt);
 
-/* State of one blocking call: its deadline, known once it first blocks. */
+/* State of one blocking call: its deadline, known once it first blocks,
+ * and the mark of signal handlers run when it started (base/signals.h). */
 struct vs_blocking {
-    int opt; /* SO_RCVTIMEO or SO_SNDTIMEO */
+    int opt; /* SO_RCVTIMEO or SO_SNDTIMEO; 0: none */
     bool started;
+    bool to_the_end; /* no signal ends it (the adapter owns the buffer) */
+    unsigned signals;
     long timeout_ns, deadline;
 };
+
+/* A call's state as it starts; OPT as in struct vs_blocking. */
+#define VS_BLOCKING(o) ((struct vs_blocking){.opt = (o), .signals = vs_signals_mark()})
+/* A wait that only its condition ends: no timeout, no signal. */
+#define VS_BLOCKING_TO_THE_END ((struct vs_blocking){.to_the_end = true})
+
+/* Around the sleep of B's wait, whose timeout is TS (NULL: none): begin
+ * says false when a signal handler ran since the call started (do not
+ * sleep); end says true when one ran (the call is interrupted). */
+bool vs_blocking_sleep_begin(const struct vs_blocking *b, struct timespec *ts);
+bool vs_blocking_sleep_end(const struct vs_blocking *b);
 
 /* Reads the call's timeout and sets its deadline, at its first wait. */
 void vs_blocking_start(struct vs_blocking *b, int fd);

@@ -777,6 +777,14 @@ def test_signal_interrupts_wait(family):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
+def test_signal_during_copy(family):
+    """peer.py: a signal that comes while a sendall copies still ends the
+    sleep that follows, as the kernel's pending signal does."""
+    res = need_results(run_pair("signal_in_copy", family, may_spill=True))["a"]
+    assert res["rounds"] > 0, res
+
+
+@pytest.mark.parametrize("family", FAMILIES)
 def test_no_busy_wait(family):
     res = need_results(run_pair("no_busy_wait", family))["a"]
     for name, r in res.items():

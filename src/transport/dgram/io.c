@@ -130,8 +130,12 @@ static int sleep_rx(struct vs_udp_sock *u, int fd, struct vs_blocking *b)
     vs_udp_arm(u);
     bool now = vs_udp_ring_ready(u) >= 0;
     unlock(u);
-    int n = now ? 0 : (int)vs_syscall(SYS_ppoll, pf, 2, &ts, NULL, _NSIG / 8);
-    int err = errno;
+    int n = 0, err = 0;
+    if (!now && vs_blocking_sleep_begin(b, &ts)) {
+        n = (int)vs_syscall(SYS_ppoll, pf, 2, &ts, NULL, _NSIG / 8);
+        err = errno;
+    }
+    bool interrupted = vs_blocking_sleep_end(b);
     vs_spin_woke();
     lock(u);
     vs_udp_disarm(u);
@@ -140,6 +144,8 @@ static int sleep_rx(struct vs_udp_sock *u, int fd, struct vs_blocking *b)
     unlock(u);
     if (n < 0)
         return err == EINTR ? -EINTR : 0;
+    if (interrupted && !now)
+        return -EINTR;
     if (n == 0 && !now && !nap)
         return -ETIMEDOUT;
     return 0;
@@ -160,7 +166,7 @@ ssize_t vs_dgram_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flag
         unlock(u);
         return vs_real.recvmsg(fd, msg, flags);
     }
-    struct vs_blocking b = {.opt = SO_RCVTIMEO};
+    struct vs_blocking b = VS_BLOCKING(SO_RCVTIMEO);
     ssize_t n;
     for (;;) {
         n = take_one(u, fd, msg, flags);

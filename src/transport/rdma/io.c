@@ -159,14 +159,18 @@ int vs_rdma_wait(struct vs_rdma_conn *c, int fd, short tcp_events, struct vs_blo
     bool nap;
     left = vs_wait_sleep_ns(left, shared, &nap);
     struct timespec ts = {.tv_sec = left / 1000000000L, .tv_nsec = left % 1000000000L};
-    int rc = (int)vs_syscall(SYS_ppoll, p, n, &ts, NULL, _NSIG / 8);
-    int err = errno;
+    int rc = 0, err = 0;
+    if (vs_blocking_sleep_begin(b, &ts)) {
+        rc = (int)vs_syscall(SYS_ppoll, p, n, &ts, NULL, _NSIG / 8);
+        err = errno;
+    }
+    bool interrupted = vs_blocking_sleep_end(b);
     vs_spin_woke();
     atomic_fetch_sub(&c->sleepers, 1);
     vs_rdma_cq_sleep_end(g, wake);
     if (rc < 0)
         return err == EINTR ? -EINTR : 0;
-    if (rc == 0 && !nap)
+    if (rc == 0 && !nap && !interrupted)
         return -ETIMEDOUT;
     if (p[0].revents)
         atomic_store(&c->tcp_event, true);
@@ -175,7 +179,7 @@ int vs_rdma_wait(struct vs_rdma_conn *c, int fd, short tcp_events, struct vs_blo
     if (cm >= 0 && p[cm].revents)
         vs_rdma_dev_events();
     vs_rdma_progress(c, fd);
-    return 0;
+    return interrupted ? -EINTR : 0;
 }
 
 /* --------------------------------------------------------------- receive */
@@ -318,7 +322,7 @@ ssize_t vs_rdma_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags
     int nonblock = -1;
     bool peek = (flags & MSG_PEEK) != 0;
     size_t target = (flags & MSG_WAITALL) && !peek ? want : 1;
-    struct vs_blocking b = {.opt = SO_RCVTIMEO};
+    struct vs_blocking b = VS_BLOCKING(SO_RCVTIMEO);
     size_t total = 0;
     int err = 0;
     msg->msg_flags = 0;
@@ -474,7 +478,7 @@ static ssize_t rdma_send(struct vs_rdma_conn *c, int fd, const struct iovec *iov
                          int flags)
 {
     int nonblock = -1;
-    struct vs_blocking b = {.opt = SO_SNDTIMEO};
+    struct vs_blocking b = VS_BLOCKING(SO_SNDTIMEO);
     size_t total = 0, want = vs_iov_total(iov, (size_t)cnt);
     int i = 0;
     size_t in_iov = 0;

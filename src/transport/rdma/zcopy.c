@@ -56,7 +56,7 @@ ssize_t vs_rdma_zcopy_send(struct vs_rdma_conn *c, int fd, const void *buf, size
     /* The buffer is the program's again only once the peer consumed it:
      * no timeout and no signal may end this wait early (the peer could
      * still be reading), only the connection's end. */
-    struct vs_blocking b = {.opt = 0};
+    struct vs_blocking b = VS_BLOCKING_TO_THE_END;
     ssize_t rc = (ssize_t)len;
     while (before(vs_rdma_peer_tail(c), pos + len)) {
         if (atomic_load(&c->broken) || atomic_load(&c->peer_gone)) {
@@ -291,7 +291,7 @@ ssize_t vs_rdma_zcopy_recv(struct vs_rdma_conn *c, int fd, void *buf, size_t len
     pthread_mutex_unlock(&c->qp_lock);
     /* Until every READ posted is done the buffer is the adapter's: no
      * timeout or signal ends this wait, only the queue pair's failure. */
-    struct vs_blocking b = {.opt = 0};
+    struct vs_blocking b = VS_BLOCKING_TO_THE_END;
     uint64_t taken = 0;
     for (;;) {
         pthread_mutex_lock(&c->qp_lock);

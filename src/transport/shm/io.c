@@ -66,23 +66,27 @@ static int sleep_on(struct vs_shm_conn *c, int fd, struct vs_ring *ring, short t
             return 0;
         }
     }
-    int n = (int)vs_syscall(SYS_ppoll, p, p[1].fd >= 0 ? 2 : 1, tsp, NULL, _NSIG / 8);
-    int err = errno;
+    int n = 0, err = 0;
+    if (vs_blocking_sleep_begin(b, tsp)) {
+        n = (int)vs_syscall(SYS_ppoll, p, p[1].fd >= 0 ? 2 : 1, tsp, NULL, _NSIG / 8);
+        err = errno;
+    }
+    bool interrupted = vs_blocking_sleep_end(b);
     vs_spin_woke();
     atomic_fetch_sub(&c->sleepers, 1);
     if (ring)
         vs_ring_arm(ring, -1);
     if (n < 0)
         return err == EINTR ? -EINTR : 0;
-    if (n == 0)
+    if (n == 0 && !interrupted)
         vs_shm_idle(c); /* a quiet slice: memory may go back */
-    if (n == 0 && tsp && !nap)
+    if (n == 0 && tsp && !nap && !interrupted)
         return -ETIMEDOUT;
-    if (p[0].revents)
+    if (n > 0 && p[0].revents)
         atomic_store(&c->tcp_event, true);
     if (n > 0 && p[1].revents)
         vs_shm_progress(c, fd);
-    return 0;
+    return interrupted ? -EINTR : 0;
 }
 
 /* Receive side, ring phase, nothing in the ring: the peer's end of stream,
@@ -170,7 +174,7 @@ ssize_t vs_shm_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags)
         return vs_real.recvmsg(fd, msg, flags);
     bool nonblock = (flags & MSG_DONTWAIT) != 0;
     size_t target = (flags & MSG_WAITALL) && !(flags & MSG_PEEK) ? want : 1;
-    struct vs_blocking b = {.opt = SO_RCVTIMEO};
+    struct vs_blocking b = VS_BLOCKING(SO_RCVTIMEO);
     size_t total = 0, cap = msg->msg_controllen;
     bool from_ring = false;
     int err = 0;
@@ -325,7 +329,7 @@ static ssize_t ring_send(struct vs_shm_conn *c, int fd, const struct iovec *iov,
 {
     size_t want = vs_iov_total(iov, (size_t)iovcnt), total = 0;
     bool nonblock = (flags & MSG_DONTWAIT) != 0, grow = false;
-    struct vs_blocking b = {.opt = SO_SNDTIMEO};
+    struct vs_blocking b = VS_BLOCKING(SO_SNDTIMEO);
     struct iovec win[iovcnt ? iovcnt : 1];
     while (total < want) {
         int cnt = vs_iov_window(iov, iovcnt, total, NO_LIMIT, win);

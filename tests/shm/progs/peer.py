@@ -1801,6 +1801,54 @@ def _(s, ctl):
     return {"t_sent": t_sent}
 
 
+# Delays (ms) after a sendall starts at which its signal comes: across the
+# copy into the peer's buffers (a few ms on a host, 100 times that in the
+# emulated RDMA guest), so that some land while the sender copies.
+COPY_SIGNAL_MS = [0.3, 1, 2, 3, 5, 8, 12, 20] if TRANSPORT != "rdma" else [20, 200]
+
+
+@scenario("signal_in_copy")
+def _(s, ctl):
+    """A handler without SA_RESTART runs while a sendall copies more than
+    the peer's buffers hold, and only the handler lets the peer read. The
+    kernel copies with the signal pending, so its later sleep ends at once
+    (Python then runs the handler and goes on); vsocket copies in user
+    space, where the handler ran already: its sleep must end too, or both
+    ends wait for ever. Each round, the signal comes later into the copy."""
+    main = threading.get_ident()
+    hits = []
+    step = {}
+
+    def handler(*_):
+        hits.append(1)
+        ctl.sync(step["name"])        # b reads once we are here
+
+    signal.signal(signal.SIGUSR1, handler)
+    D = data(241, buffered_most() + (1 << 20))
+    for i, ms in enumerate(COPY_SIGNAL_MS):
+        del hits[:]
+        step["name"] = f"read{i}"
+        ctl.sync(f"round{i}")
+        threading.Timer(ms * SCALE / 1000, lambda: signal.pthread_kill(main, signal.SIGUSR1)).start()
+        s.sendall(D)
+        expect(len(hits) == 1, f"round {i} ({ms} ms): the handler ran {len(hits)} times")
+    signal.signal(signal.SIGUSR1, signal.SIG_DFL)
+    ctl.sync("done")
+    return {"rounds": len(COPY_SIGNAL_MS)}
+
+
+@_.b
+def _(s, ctl):
+    D = data(241, buffered_most() + (1 << 20))
+    for i in range(len(COPY_SIGNAL_MS)):
+        ctl.sync(f"round{i}")
+        ctl.sync(f"read{i}")
+        got = recv_exact(s, len(D))
+        expect(sha(got) == sha(D), f"round {i}: checksum mismatch")
+    ctl.sync("done")
+    return {}
+
+
 @scenario("no_busy_wait")
 def _(s, ctl):
     fd = s.fileno()
