@@ -1411,9 +1411,9 @@ static int wait_translated(int epfd, struct epoll_event *events, int max, long t
             left = slice;
         if (has_cold && (left < 0 || left > SWEEP_NS))
             left = SWEEP_NS;
-        int n =
-            w.n < max ? kernel_wait(epfd, kev, max - w.n, w.n ? 0 : left, w.n ? NULL : mask, signals)
-                      : 0;
+        int n = w.n < max
+                    ? kernel_wait(epfd, kev, max - w.n, w.n ? 0 : left, w.n ? NULL : mask, signals)
+                    : 0;
         int err = errno;
         vs_spin_woke();
         if (on_shared)
