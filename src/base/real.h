@@ -69,6 +69,7 @@
     X(ssize_t, splice, (int, loff_t *, int, loff_t *, size_t, unsigned int))                       \
     X(int, sigaction, (int, const struct sigaction *, struct sigaction *))                         \
     X(sighandler_t, signal, (int, sighandler_t))                                                   \
+    X(int, siginterrupt, (int, int))                                                               \
     X(pid_t, fork, (void))                                                                         \
     X(int, execve, (const char *, char *const[], char *const[]))                                   \
     X(int, execvpe, (const char *, char *const[], char *const[]))                                  \

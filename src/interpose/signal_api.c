@@ -25,20 +25,39 @@ VS_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *
     return r;
 }
 
-/* glibc's signal() installs BSD semantics: SA_RESTART, so never ours in
- * front; what it replaced may have been. */
+/* glibc's signal() installs BSD semantics: SA_RESTART, unless siginterrupt
+ * said otherwise for that signal. Its choice read back, ours goes in front
+ * of a handler without it; what it replaced may have been ours too. */
 VS_EXPORT sighandler_t signal(int sig, sighandler_t handler)
 {
     VS_REAL_READY();
     VS_PASS_IF_SANDBOXED(vs_real.signal(sig, handler));
-    struct sigaction prev = {0}, old = {0};
+    struct sigaction prev = {0}, now, old = {0};
     vs_signals_install(sig, NULL, NULL, &prev);
     sighandler_t r = vs_real.signal(sig, handler);
     if (r == SIG_ERR)
         return r;
-    vs_signals_note(sig, handler != SIG_DFL && handler != SIG_IGN, true);
+    if (vs_real.sigaction(sig, NULL, &now) == 0)
+        sigaction(sig, &now, NULL);
     old.sa_flags = SA_SIGINFO;
     old.sa_handler = r;
     vs_signals_program(&old, &prev);
     return old.sa_handler;
+}
+
+/* glibc's own changes the kernel's flags behind our back (and notes the
+ * signal for signal() above): then the program's action, changed alike,
+ * goes in through sigaction. */
+VS_EXPORT int siginterrupt(int sig, int interrupt)
+{
+    VS_REAL_READY();
+    VS_PASS_IF_SANDBOXED(vs_real.siginterrupt(sig, interrupt));
+    struct sigaction act;
+    if (sigaction(sig, NULL, &act) != 0 || vs_real.siginterrupt(sig, interrupt) != 0)
+        return -1;
+    if (interrupt)
+        act.sa_flags &= ~SA_RESTART;
+    else
+        act.sa_flags |= SA_RESTART;
+    return sigaction(sig, &act, NULL);
 }

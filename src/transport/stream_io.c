@@ -107,6 +107,11 @@ int vs_wait_failed(int rc, const struct vs_blocking *b)
 {
     if (rc == -ETIMEDOUT)
         return EAGAIN;
+    /* A handler without SA_RESTART ran during the call: interrupted, even
+     * if the program has since put a restarting one in its place (else
+     * each later sleep would end at once, a busy loop). */
+    if (!b->to_the_end && vs_signals_ran(b->signals))
+        return EINTR;
     if (b->timeout_ns < 0 && vs_signals_restart())
         return 0;
     return EINTR;

@@ -129,6 +129,36 @@ static void test_siginfo_passes(void)
     signal(SIGUSR2, SIG_DFL);
 }
 
+/* Deprecated, and still what older programs call. */
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+
+/* siginterrupt changes the restart flag through us, and signal() after it
+ * keeps what it said (glibc's rule), so the count follows the kernel's. */
+static void test_siginterrupt(void)
+{
+    struct sigaction kernel;
+    install(SIGUSR1, on_plain, 0);
+    CHECK_EQ(siginterrupt(SIGUSR1, 0), 0); /* restart: the kernel's alone */
+    CHECK_EQ(vs_real.sigaction(SIGUSR1, NULL, &kernel), 0);
+    CHECK(kernel.sa_handler == on_plain && (kernel.sa_flags & SA_RESTART));
+    unsigned mark = vs_signals_mark();
+    raise(SIGUSR1);
+    CHECK(!vs_signals_ran(mark));
+    CHECK_EQ(siginterrupt(SIGUSR1, 1), 0); /* interrupt: ours in front */
+    struct sigaction old;
+    CHECK_EQ(sigaction(SIGUSR1, NULL, &old), 0);
+    CHECK(old.sa_handler == on_plain && !(old.sa_flags & SA_RESTART));
+    raise(SIGUSR1);
+    CHECK(vs_signals_ran(mark));
+    signal(SIGUSR1, SIG_DFL);
+    CHECK(signal(SIGUSR1, on_plain) == SIG_DFL); /* still "interrupt" */
+    mark = vs_signals_mark();
+    raise(SIGUSR1);
+    CHECK(vs_signals_ran(mark));
+    CHECK_EQ(siginterrupt(SIGUSR1, 0), 0);
+    signal(SIGUSR1, SIG_DFL);
+}
+
 static void *raise_here(void *arg)
 {
     (void)arg;
@@ -158,5 +188,6 @@ int main(void)
     test_handler_as_the_sleep_starts();
     test_siginfo_passes();
     test_per_thread();
+    test_siginterrupt();
     return check_finish("test_signals");
 }
