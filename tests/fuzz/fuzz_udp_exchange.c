@@ -1,11 +1,12 @@
 /* fuzz_udp_exchange.c - libFuzzer target: the parsers of UDP over UD and
  * shm (transport/dgram/proto.c) on a hostile peer's bytes: control
  * datagrams on the program's kernel socket, the rendezvous's OFFER and
- * ANSWER, the UD message header.
+ * ANSWER, the shm set-up's HELLO/ACCEPT/READY/DECLINE, the UD message
+ * header.
  *
  * The input's first byte picks the parser (and, for the header, the
- * payload size of a message); for OFFER the next 20 bytes are the
- * responder socket's bound address; the rest is the message, copied to a
+ * payload size of a message); for OFFER and the shm set-up the next 20
+ * bytes are the responder socket's bound address; the rest is the message, copied to a
  * buffer of exactly its size (ASan sees any read past it). Checks:
  *   - no ASan or UBSan report;
  *   - a datagram of the program's (no magic, or shorter than the head) is
@@ -74,6 +75,17 @@ static void answer(const uint8_t *m, size_t len)
         FZ_FAIL("answer: accepted %zu bytes that encode back as %zu other bytes", len, n);
 }
 
+static void shm_setup(const uint8_t *m, size_t len, const struct sockaddr_storage *bound)
+{
+    struct vs_udp_hs h;
+    if (vs_udp_hs_parse(m, len, bound, &h) != VS_UDP_OK)
+        return;
+    uint8_t out[VS_UDP_HS_LEN];
+    size_t n = vs_udp_hs_encode(&h, out);
+    if (n != len || memcmp(out, m, len) != 0)
+        FZ_FAIL("hs: accepted %zu bytes that encode back as %zu other bytes", len, n);
+}
+
 static void head(const uint8_t *m, size_t len, size_t payload_max)
 {
     struct vs_udp_head h;
@@ -96,7 +108,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     data++;
     size--;
     struct sockaddr_storage bound;
-    if ((pick & 3) == 1) {
+    /* Pick 2 with bit 2 set: the shm set-up (bound address first). */
+    bool hs = (pick & 7) == 6;
+    if ((pick & 3) == 1 || hs) {
         bound_addr(data, size, &bound);
         size_t skip = size < 20 ? size : 20;
         data += skip;
@@ -112,7 +126,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         offer(m, size, &bound);
         break;
     case 2:
-        answer(m, size);
+        if (hs)
+            shm_setup(m, size, &bound);
+        else
+            answer(m, size);
         break;
     default:
         /* Payload sizes around rxe's: MTU 256 … 4096, less the header. */
