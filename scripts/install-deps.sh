@@ -20,8 +20,8 @@ test_pkgs=(iperf3 sockperf redis-server redis-tools nginx-light wrk curl memcach
 fuzz_pkgs=(clang libclang-rt-14-dev llvm-14)
 # `make package` (cpack -G DEB): dpkg-shlibdeps (dpkg-dev) computes Depends,
 # and CPack looks at each file with `file` to find the ELF ones. The suite's
-# tool_package test builds and installs the package, so `test` has them too.
-package_pkgs=(dpkg-dev file)
+# package test builds, installs and reads (man) the package, so `test` has them too.
+package_pkgs=(dpkg-dev file man-db)
 # default-jdk-headless: tests/rdma/cases/java.sh (a JVM program on RDMA, issue 21),
 # its class compiled on the host by the build.
 guest_pkgs=(qemu-system-x86 rdmacm-utils perftest kmod busybox-static cpio iproute2 xz-utils jq
