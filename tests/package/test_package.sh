@@ -16,6 +16,11 @@
 #     LD_PRELOAD=libvsocket.so (the bare name, through the loader's cache)
 #     load the package's library, exchange 1 MiB intact, and `vsocket stat`
 #     shows their connection on shm (tests/package/drive.py);
+#   * the administrator's step for set-user-ID programs (README.md): a
+#     set-user-ID copy of python3, run by nobody with
+#     LD_PRELOAD=libvsocket.so, loads the library only once it has the
+#     set-user-ID bit (glibc's secure-execution rule), and then ignores
+#     VSOCKET_LOG_FILE, a path from the unprivileged caller;
 #   * dpkg -r removes every file it installed, and the loader forgets it.
 # Needs root and overlayfs; exits 77 (skipped, with the reason) only when
 # either is missing.
@@ -105,6 +110,7 @@ inside() {
   ma=$(in_root dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || in_root gcc -print-multiarch)
   check_installed "$ma"
   check_use "$ma"
+  check_secure "$ma"
   check_removed
   [ "$failed" = 0 ] && echo "package: ok (installed, used, removed: $(basename "$deb"))"
   exit $((failed > 0))
@@ -143,6 +149,39 @@ check_use() {
   # Only a hang reaches the time limit: the exchange takes well under a second.
   in_root timeout 600 /usr/bin/python3 /root/vsocket-package/drive.py \
     /root/vsocket-package/echo.py "/usr/lib/$ma" || fail "the echo through the installed package"
+}
+
+# Runs a set-user-ID root copy of python3 as nobody with the library in
+# LD_PRELOAD by its bare name; prints the euid and the libvsocket it loaded.
+run_setuid() {
+  in_root setpriv --reuid=nobody --regid=nogroup --clear-groups \
+    env -i PATH=/usr/bin:/bin LD_PRELOAD=libvsocket.so VSOCKET_LOG_LEVEL=info \
+    VSOCKET_LOG_FILE=/var/tmp/vsocket-secure.log /usr/local/bin/vsocket-setuid-python -c '
+import os
+libs = [l.split()[-1] for l in open("/proc/self/maps") if "libvsocket" in l]
+print("euid=%d lib=%s" % (os.geteuid(), libs[0] if libs else "none"))' 2>&1
+}
+
+check_secure() {
+  local lib out
+  lib=$(realpath "$root/usr/lib/$1/libvsocket.so")
+  lib=${lib#"$root"}
+  cp -L "$root/usr/bin/python3" "$root/usr/local/bin/vsocket-setuid-python"
+  chmod 4755 "$root/usr/local/bin/vsocket-setuid-python"
+  out=$(run_setuid)
+  grep -q "^euid=0 lib=none$" <<<"$out" ||
+    fail "a set-user-ID program loaded the library without its set-user-ID bit: $out"
+  # The administrator's step (README.md, "Set-user-ID and capability programs").
+  chmod u+s "$root$lib"
+  out=$(run_setuid)
+  grep -q "^euid=0 lib=$lib$" <<<"$out" ||
+    fail "a set-user-ID program did not load $lib with its set-user-ID bit: $out"
+  [ -e "$root/var/tmp/vsocket-secure.log" ] &&
+    fail "a set-user-ID program wrote the log file its caller named (VSOCKET_LOG_FILE)"
+  grep -q "VSOCKET_LOG_FILE ignored in a set-user-ID" <<<"$out" ||
+    fail "no warning that VSOCKET_LOG_FILE was ignored: $out"
+  chmod u-s "$root$lib"
+  rm -f "$root/usr/local/bin/vsocket-setuid-python" "$root/var/tmp/vsocket-secure.log"
 }
 
 check_removed() {
