@@ -20,7 +20,8 @@
 #     set-user-ID copy of python3, run by nobody with
 #     LD_PRELOAD=libvsocket.so, loads the library only once it has the
 #     set-user-ID bit (glibc's secure-execution rule), and then ignores
-#     VSOCKET_LOG_FILE, a path from the unprivileged caller;
+#     VSOCKET_LOG_FILE and VSOCKET_STATS_DIR, paths from the unprivileged
+#     caller;
 #   * dpkg -r removes every file it installed, and the loader forgets it.
 # Needs root and overlayfs; exits 77 (skipped, with the reason) only when
 # either is missing.
@@ -156,7 +157,8 @@ check_use() {
 run_setuid() {
   in_root setpriv --reuid=nobody --regid=nogroup --clear-groups \
     env -i PATH=/usr/bin:/bin LD_PRELOAD=libvsocket.so VSOCKET_LOG_LEVEL=info \
-    VSOCKET_LOG_FILE=/var/tmp/vsocket-secure.log /usr/local/bin/vsocket-setuid-python -c '
+    VSOCKET_LOG_FILE=/var/tmp/vsocket-secure.log VSOCKET_STATS_DIR=/var/tmp \
+    /usr/local/bin/vsocket-setuid-python -c '
 import os
 libs = [l.split()[-1] for l in open("/proc/self/maps") if "libvsocket" in l]
 print("euid=%d lib=%s" % (os.geteuid(), libs[0] if libs else "none"))' 2>&1
@@ -180,6 +182,8 @@ check_secure() {
     fail "a set-user-ID program wrote the log file its caller named (VSOCKET_LOG_FILE)"
   grep -q "VSOCKET_LOG_FILE ignored in a set-user-ID" <<<"$out" ||
     fail "no warning that VSOCKET_LOG_FILE was ignored: $out"
+  grep -q "VSOCKET_STATS_DIR ignored in a set-user-ID" <<<"$out" ||
+    fail "no warning that VSOCKET_STATS_DIR was ignored: $out"
   chmod u-s "$root$lib"
   rm -f "$root/usr/local/bin/vsocket-setuid-python" "$root/var/tmp/vsocket-secure.log"
 }
