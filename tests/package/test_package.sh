@@ -71,7 +71,10 @@ outside() {
   fi
   [ -f "$deb" ] || { echo "FAIL no package at $deb"; exit 1; }
   local mnt rc
-  mnt=$(mktemp -d /tmp/vsocket-package.XXXXXX)
+  # In WORK_DIR, not /tmp: a test killed by its time limit leaves only an
+  # empty directory there (its mounts go with its namespace).
+  mkdir -p "$work"
+  mnt=$(mktemp -d "$work/mnt.XXXXXX")
   unshare --mount --propagation private "$0" --inside "$src" "$mnt" "$(realpath "$deb")"
   rc=$?
   rmdir "$mnt"
