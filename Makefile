@@ -1,8 +1,9 @@
 # Entry points. The two a newcomer needs: `make demo` and `make test`.
 BUILD ?= build
 ASAN_BUILD ?= build-asan
+PACKAGE_BUILD ?= build-package
 
-.PHONY: all build build-asan demo test fuzz deps install format clean
+.PHONY: all build build-asan demo test fuzz deps install package format clean
 
 all: build
 
@@ -41,8 +42,18 @@ fuzz:
 install: build
 	cmake --install $(BUILD)
 
+# The Debian package, built in its own directory configured for /usr (the
+# library in /usr/lib/<multiarch>): $(PACKAGE_BUILD)/vsocket_VERSION_ARCH.deb.
+# Install it with `apt install ./$(PACKAGE_BUILD)/vsocket_*.deb` (README.md).
+package:
+	scripts/install-deps.sh package
+	cmake -S . -B $(PACKAGE_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	      -DCMAKE_INSTALL_PREFIX=/usr -DBUILD_TESTING=OFF
+	cmake --build $(PACKAGE_BUILD)
+	cd $(PACKAGE_BUILD) && cpack -G DEB
+
 format:
 	find src tests/unit tools bench -name '*.[ch]' -print0 | xargs -0 clang-format -i
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(PACKAGE_BUILD)

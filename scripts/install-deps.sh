@@ -2,7 +2,7 @@
 # Installs what vsocket needs on a bare Debian 12 machine: the build toolchain,
 # rdma-core, the real programs the compatibility suite and demo run, and clang
 # with libFuzzer for the fuzz targets.
-# Usage: scripts/install-deps.sh [build|test|fuzz|rdma-guest|all]   (default: all)
+# Usage: scripts/install-deps.sh [build|test|fuzz|package|rdma-guest|all]   (default: all)
 # Idempotent: packages already present are not downloaded again.
 set -euo pipefail
 
@@ -18,6 +18,10 @@ test_pkgs=(iperf3 sockperf redis-server redis-tools nginx-light wrk curl memcach
 # clang 14 and its runtimes (libclang_rt.fuzzer, i.e. libFuzzer, is in libclang-rt-14-dev);
 # llvm-14 for llvm-cov and llvm-profdata (tests/fuzz/coverage.sh).
 fuzz_pkgs=(clang libclang-rt-14-dev llvm-14)
+# `make package` (cpack -G DEB): dpkg-shlibdeps (dpkg-dev) computes Depends,
+# and CPack looks at each file with `file` to find the ELF ones. The suite's
+# package test builds, installs and reads (man) the package, so `test` has them too.
+package_pkgs=(dpkg-dev file man-db)
 # default-jdk-headless: tests/rdma/cases/java.sh (a JVM program on RDMA, issue 21),
 # its class compiled on the host by the build.
 guest_pkgs=(qemu-system-x86 rdmacm-utils perftest kmod busybox-static cpio iproute2 xz-utils jq
@@ -45,11 +49,13 @@ install_compat_venv() {
 
 case "${1:-all}" in
   build) want=("${build_pkgs[@]}") ;;
-  test) want=("${build_pkgs[@]}" "${test_pkgs[@]}" "${fuzz_pkgs[@]}" "${venv_pkgs[@]}") ;;
+  test) want=("${build_pkgs[@]}" "${test_pkgs[@]}" "${fuzz_pkgs[@]}" "${package_pkgs[@]}" "${venv_pkgs[@]}") ;;
   fuzz) want=("${build_pkgs[@]}" "${fuzz_pkgs[@]}") ;;
+  package) want=("${build_pkgs[@]}" "${package_pkgs[@]}") ;;
   rdma-guest) want=("${build_pkgs[@]}" "${guest_pkgs[@]}") ;;
-  all) want=("${build_pkgs[@]}" "${test_pkgs[@]}" "${fuzz_pkgs[@]}" "${guest_pkgs[@]}" "${venv_pkgs[@]}") ;;
-  *) echo "usage: $0 [build|test|fuzz|rdma-guest|all]" >&2; exit 2 ;;
+  all) want=("${build_pkgs[@]}" "${test_pkgs[@]}" "${fuzz_pkgs[@]}" "${package_pkgs[@]}" "${guest_pkgs[@]}"
+       "${venv_pkgs[@]}") ;;
+  *) echo "usage: $0 [build|test|fuzz|package|rdma-guest|all]" >&2; exit 2 ;;
 esac
 
 venv=0

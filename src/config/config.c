@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <unistd.h>
 
 #include "config/log.h"
@@ -153,6 +154,17 @@ static void load_path(const char *name, char *out, size_t outlen, const char *df
     const char *v = getenv(name);
     if (!v)
         return;
+    /* In a set-user-ID, set-group-ID or capability program (secure-execution
+     * mode: an administrator made the library preloadable there, README.md)
+     * the environment is the unprivileged caller's. A path from it would let
+     * the caller have the privileged process create or append to any file
+     * (the log takes quoted values from the environment too). */
+    if (getauxval(AT_SECURE)) {
+        vs_warn("%s ignored in a set-user-ID or capability program (secure-execution mode); "
+                "using the default (%s).",
+                name, dflt_desc);
+        return;
+    }
     if (strlen(v) >= outlen)
         report_invalid(name, v, "path too long", dflt_desc);
     else

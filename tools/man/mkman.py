@@ -115,6 +115,25 @@ limit) and what is missing.
 """
 
 
+NOTES_7 = r""".SH NOTES
+Set-user-ID, set-group-ID and file-capability programs run in the loader's
+secure-execution mode, which ignores
+.B LD_PRELOAD
+entries with a slash and preloads a bare name only from the standard search
+directories, and only if the file has the set-user-ID bit (see
+.BR ld.so (8)).
+Such programs therefore run without vsocket unless an administrator sets that
+bit on the installed library (or lists it in
+.IR /etc/ld.so.preload ),
+which lets any user load vsocket into any such program. There vsocket ignores
+.B VSOCKET_LOG_FILE
+and
+.BR VSOCKET_STATS_DIR ,
+paths that would come from the unprivileged caller. README.md in the source
+tree, "Set-user-ID and capability programs", says what each choice means.
+"""
+
+
 def config_page(path):
     lines = open(path, encoding="utf-8").read().split("\n")
     page = [header(7, "Miscellaneous"), DESCRIPTION_7, ".SH ENVIRONMENT\n"]
@@ -157,6 +176,7 @@ def config_page(path):
             para.append(ln.strip())
         i += 1
     flush()
+    page.append(NOTES_7)
     page.append(".SH FILES\n.TP\n.I $VSOCKET_STATS_DIR/vsocket\\-stats.PID\n"
                 "Each process's socket statistics, read by \\fBvsocket stat\\fR.\n"
                 ".SH SEE ALSO\n\\fBvsocket\\fR(1), \\fBld.so\\fR(8), \\fBrdma_cm\\fR(7); "
