@@ -37,13 +37,19 @@ static struct program_handler {
     _Atomic(info_fn) info;       /* SA_SIGINFO's */
     _Atomic(sighandler_t) plain; /* otherwise */
     struct sigaction act;
-} program[64];
+} program[NSIG];
 
 /* Runs of the handlers behind ours on this thread. Initial-exec: read in a
  * signal handler, where a lazy TLS allocation must not happen. */
 static __thread _Atomic unsigned ran __attribute__((tls_model("initial-exec")));
 
-/* The timeout of the sleep this thread is about to start, if any. */
+/* The mark of the socket call this thread is in (vs_signals_call_begin). */
+static __thread unsigned call_mark __attribute__((tls_model("initial-exec")));
+
+/* The timeout of the sleep this thread is about to start, kept here and not
+ * in the caller's frame: a handler that longjmps out of the sleep leaves it
+ * published, and a later handler must then write into live memory. */
+static __thread struct timespec sleep_slot __attribute__((tls_model("initial-exec")));
 static __thread _Atomic(struct timespec *) sleep_ts __attribute__((tls_model("initial-exec")));
 
 static void in_front(int sig, siginfo_t *si, void *uc)
@@ -61,8 +67,10 @@ static void in_front(int sig, siginfo_t *si, void *uc)
         return;
     }
     sighandler_t plain = atomic_load_explicit(&p->plain, memory_order_acquire);
+    /* With all three arguments, as the kernel calls any handler (some
+     * read them without SA_SIGINFO). */
     if (plain && plain != SIG_DFL && plain != SIG_IGN)
-        plain(sig);
+        ((info_fn)(void (*)(void))plain)(sig, si, uc);
 }
 
 /* Whether ACT on SIG is a handler a sleeping call must end for. Faults
@@ -70,9 +78,10 @@ static void in_front(int sig, siginfo_t *si, void *uc)
  * those stay as they are. */
 static bool stands_in_front(int sig, const struct sigaction *act)
 {
-    if (sig <= 0 || sig >= 64 || (act->sa_flags & SA_RESTART))
+    if (sig <= 0 || sig >= NSIG || (act->sa_flags & SA_RESTART))
         return false;
-    if (!(act->sa_flags & SA_SIGINFO) && (act->sa_handler == SIG_DFL || act->sa_handler == SIG_IGN))
+    /* The kernel reads SIG_DFL and SIG_IGN as such whatever the flags. */
+    if (act->sa_handler == SIG_DFL || act->sa_handler == SIG_IGN)
         return false;
     switch (sig) {
     case SIGSEGV:
@@ -103,7 +112,7 @@ static void record(int sig, const struct sigaction *act)
 const struct sigaction *vs_signals_install(int sig, const struct sigaction *act,
                                            struct sigaction *mine, struct sigaction *prev)
 {
-    if (sig > 0 && sig < 64)
+    if (sig > 0 && sig < NSIG)
         *prev = program[sig].act;
     if (!act || !stands_in_front(sig, act))
         return act;
@@ -123,8 +132,16 @@ void vs_signals_installed(int sig, const struct sigaction *act, bool ok,
 
 void vs_signals_program(struct sigaction *old, const struct sigaction *prev)
 {
-    if (old && (old->sa_flags & SA_SIGINFO) && old->sa_sigaction == in_front)
+    if (!old)
+        return;
+    if ((old->sa_flags & SA_SIGINFO) && old->sa_sigaction == in_front) {
         *old = *prev;
+        return;
+    }
+    /* SA_RESETHAND put SIG_DFL in place of ours, with our SA_SIGINFO. */
+    if (old->sa_handler == SIG_DFL && (prev->sa_flags & SA_RESETHAND) &&
+        !(prev->sa_flags & SA_SIGINFO))
+        old->sa_flags &= ~SA_SIGINFO;
 }
 
 /* ---------------------------------------------------------- the calls' side */
@@ -140,18 +157,47 @@ bool vs_signals_ran(unsigned mark)
     return atomic_load_explicit(&ran, memory_order_relaxed) != mark;
 }
 
-bool vs_signals_sleep_begin(unsigned mark, struct timespec *ts)
+unsigned vs_signals_call_begin(void)
 {
-    atomic_store_explicit(&sleep_ts, ts, memory_order_relaxed);
-    /* A handler after this store zeroes TS; one before it moved RAN. */
-    if (!vs_signals_ran(mark))
-        return true;
-    atomic_store_explicit(&sleep_ts, NULL, memory_order_relaxed);
-    return false;
+    unsigned outer = call_mark;
+    call_mark = vs_signals_mark();
+    return outer;
 }
 
-bool vs_signals_sleep_end(unsigned mark)
+void vs_signals_call_end(unsigned outer)
+{
+    call_mark = outer;
+}
+
+unsigned vs_signals_call_mark(void)
+{
+    return call_mark;
+}
+
+/* A sleep without a timeout sleeps this long, then its caller's loop looks
+ * again: a handler must have a timeout to zero. */
+#define UNBOUNDED_S 3600
+
+void vs_signals_sleep_begin(unsigned mark, struct timespec **ts, struct vs_sleep_guard *g)
+{
+    /* A sleep this one interrupted (we run in a handler) gets its timeout
+     * back at the end: taken first, so no handler writes it meanwhile. */
+    g->outer = atomic_exchange_explicit(&sleep_ts, NULL, memory_order_relaxed);
+    atomic_signal_fence(memory_order_seq_cst);
+    g->outer_ts = sleep_slot;
+    sleep_slot = *ts ? **ts : (struct timespec){UNBOUNDED_S, 0};
+    *ts = &sleep_slot;
+    atomic_store_explicit(&sleep_ts, &sleep_slot, memory_order_relaxed);
+    /* A handler after this store zeroes the slot; one before it moved RAN. */
+    if (vs_signals_ran(mark))
+        sleep_slot = (struct timespec){0, 0};
+}
+
+bool vs_signals_sleep_end(unsigned mark, const struct vs_sleep_guard *g)
 {
     atomic_store_explicit(&sleep_ts, NULL, memory_order_relaxed);
+    atomic_signal_fence(memory_order_seq_cst);
+    sleep_slot = g->outer_ts;
+    atomic_store_explicit(&sleep_ts, g->outer, memory_order_relaxed);
     return vs_signals_ran(mark);
 }

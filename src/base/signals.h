@@ -47,21 +47,36 @@ void vs_signals_program(struct sigaction *old, const struct sigaction *prev);
 
 /* ---- the calls' side */
 
-/* A mark of the handlers that ran on this thread so far; a call takes one
- * when it starts. */
+/* A mark of the handlers that ran on this thread so far. */
 unsigned vs_signals_mark(void);
-
-/* Before a sleep of a call that started at MARK: false when a handler ran
- * since (the call is interrupted; do not sleep). Otherwise a handler that
- * runs before the sleep starts sets TS, the sleep's timeout, to zero (the
- * kernel reads it as the sleep starts), so the sleep ends at once. */
-bool vs_signals_sleep_begin(unsigned mark, struct timespec *ts);
-
-/* After that sleep: true when a handler ran since MARK (the call is
- * interrupted, as the kernel's would be). */
-bool vs_signals_sleep_end(unsigned mark);
 
 /* True when a handler ran since MARK. */
 bool vs_signals_ran(unsigned mark);
+
+/* Around a socket call served by a transport (interpose/io_api.c): the
+ * mark its waits compare with, kept for the whole call (sendfile's chunks,
+ * a send resumed after a switch). Begin gives the mark of a call this one
+ * interrupted (a handler's own call), to give back at the end. */
+unsigned vs_signals_call_begin(void);
+void vs_signals_call_end(unsigned outer);
+unsigned vs_signals_call_mark(void);
+
+/* What a sleep keeps of one it interrupted (vs_signals_sleep_begin). */
+struct vs_sleep_guard {
+    struct timespec *outer;
+    struct timespec outer_ts;
+};
+
+/* Before a sleep of a call that started at MARK, whose timeout is **TS
+ * (*TS NULL: none): *TS then names the timeout the sleep must use, zero
+ * when a handler ran since MARK, and zeroed by a handler that runs before
+ * the sleep starts (the kernel reads it as the sleep begins). A sleep
+ * without a timeout gets a long one (its caller's loop looks again). So the
+ * sleep ends at once, and the caller still sees what is ready. */
+void vs_signals_sleep_begin(unsigned mark, struct timespec **ts, struct vs_sleep_guard *g);
+
+/* After that sleep: true when a handler ran since MARK (the call is
+ * interrupted, as the kernel's would be, unless something was ready). */
+bool vs_signals_sleep_end(unsigned mark, const struct vs_sleep_guard *g);
 
 #endif

@@ -13,6 +13,7 @@
 #include "core/fdtable.h"
 #include "base/real.h"
 #include "base/sandbox.h"
+#include "base/signals.h"
 #include "transport/transport.h"
 
 /* Counting after the call; preserves errno. MSG_PEEK reads nothing. */
@@ -44,7 +45,9 @@ static ssize_t conn_recv(struct vs_sock *s, int fd, const struct iovec *iov, siz
                        .msg_namelen = addr && !bad ? *addrlen : 0,
                        .msg_iov = (struct iovec *)iov,
                        .msg_iovlen = iovcnt};
+    unsigned outer = vs_signals_call_begin();
     ssize_t n = s->ops->recvmsg(s, fd, &m, flags);
+    vs_signals_call_end(outer);
     if (n >= 0 && bad) {
         errno = bad;
         return -1;
@@ -65,7 +68,10 @@ static ssize_t conn_send(struct vs_sock *s, int fd, const struct iovec *iov, siz
                        .msg_namelen = named ? addrlen : 0,
                        .msg_iov = (struct iovec *)iov,
                        .msg_iovlen = iovcnt};
-    return s->ops->sendmsg(s, fd, &m, flags);
+    unsigned outer = vs_signals_call_begin();
+    ssize_t n = s->ops->sendmsg(s, fd, &m, flags);
+    vs_signals_call_end(outer);
+    return n;
 }
 
 /* Whether a read of LEN bytes goes to the transport. The kernel answers a
@@ -224,9 +230,11 @@ VS_EXPORT int recvmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flags
     VS_REAL_READY();
     VS_PASS_IF_SANDBOXED(vs_real.recvmmsg(fd, vec, vlen, flags, timeout));
     struct vs_sock *s = vs_fd_get(fd);
+    unsigned outer = vs_signals_call_begin();
     int n = !s || !s->ops      ? vs_real.recvmmsg(fd, vec, vlen, flags, timeout)
             : s->ops->recvmmsg ? s->ops->recvmmsg(s, fd, vec, vlen, flags, timeout)
                                : conn_recvmmsg(s, fd, vec, vlen, flags);
+    vs_signals_call_end(outer);
     if (s) {
         if (n > 0 && !(flags & MSG_PEEK))
             vs_sock_count_rx(s, fd, (long)mmsg_bytes(vec, n), (unsigned)n);
@@ -284,14 +292,26 @@ VS_EXPORT int sendmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flags
     VS_REAL_READY();
     VS_PASS_IF_SANDBOXED(vs_real.sendmmsg(fd, vec, vlen, flags));
     struct vs_sock *s = vs_fd_get(fd);
+    unsigned outer = vs_signals_call_begin();
     int n = !s || !s->ops      ? vs_real.sendmmsg(fd, vec, vlen, flags)
             : s->ops->sendmmsg ? s->ops->sendmmsg(s, fd, vec, vlen, flags)
                                : conn_sendmmsg(s, fd, vec, vlen, flags);
+    vs_signals_call_end(outer);
     if (s) {
         if (n > 0)
             vs_sock_count_tx(s, fd, (long)mmsg_bytes(vec, n), (unsigned)n);
         vs_sock_put(s);
     }
+    return n;
+}
+
+/* One mark of the signal handlers run for the whole call, its chunks
+ * included (base/signals.h). */
+static ssize_t conn_sendfile(struct vs_sock *s, int out_fd, int in_fd, off_t *offset, size_t count)
+{
+    unsigned outer = vs_signals_call_begin();
+    ssize_t n = s->ops->sendfile(s, out_fd, in_fd, offset, count);
+    vs_signals_call_end(outer);
     return n;
 }
 
@@ -302,7 +322,7 @@ VS_EXPORT ssize_t sendfile(int out_fd, int in_fd, off_t *offset, size_t count)
     VS_PASS_IF_SANDBOXED(vs_real.sendfile(out_fd, in_fd, offset, count));
     struct vs_sock *s = vs_fd_get(out_fd);
     if (s && s->ops)
-        return done_tx(s, out_fd, s->ops->sendfile(s, out_fd, in_fd, offset, count));
+        return done_tx(s, out_fd, conn_sendfile(s, out_fd, in_fd, offset, count));
     ssize_t n = vs_real.sendfile(out_fd, in_fd, offset, count);
     return s ? done_tx(s, out_fd, n) : n;
 }
@@ -313,7 +333,7 @@ VS_EXPORT ssize_t sendfile64(int out_fd, int in_fd, off64_t *offset, size_t coun
     VS_PASS_IF_SANDBOXED(vs_real.sendfile64(out_fd, in_fd, offset, count));
     struct vs_sock *s = vs_fd_get(out_fd);
     if (s && s->ops)
-        return done_tx(s, out_fd, s->ops->sendfile(s, out_fd, in_fd, offset, count));
+        return done_tx(s, out_fd, conn_sendfile(s, out_fd, in_fd, offset, count));
     ssize_t n = vs_real.sendfile64(out_fd, in_fd, offset, count);
     return s ? done_tx(s, out_fd, n) : n;
 }

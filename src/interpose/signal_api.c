@@ -1,5 +1,6 @@
 /* signal_api.c - sigaction and signal: watched for SA_RESTART, and a
  * handler without it gets ours in front (base/signals.h). */
+#include <errno.h>
 #include <signal.h>
 
 #include "base/real.h"
@@ -18,8 +19,7 @@ VS_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *
         return r;
     vs_signals_program(old, &prev);
     if (act) {
-        bool catches = (act->sa_flags & SA_SIGINFO) ||
-                       (act->sa_handler != SIG_DFL && act->sa_handler != SIG_IGN);
+        bool catches = act->sa_handler != SIG_DFL && act->sa_handler != SIG_IGN;
         vs_signals_note(sig, catches, (act->sa_flags & SA_RESTART) != 0);
     }
     return r;
@@ -60,4 +60,35 @@ VS_EXPORT int siginterrupt(int sig, int interrupt)
     else
         act.sa_flags |= SA_RESTART;
     return sigaction(sig, &act, NULL);
+}
+
+/* What glibc's signal() becomes for a program built for strict POSIX or
+ * System V (-std=c99 -D_POSIX_C_SOURCE, or called by name): one-shot, not
+ * restarting. glibc installs it with its internal sigaction, behind our
+ * back; so it is made here through ours, with glibc's flags. */
+static sighandler_t sysv_signal_ours(int sig, sighandler_t handler)
+{
+    if (sig <= 0 || sig >= NSIG || handler == SIG_ERR) {
+        errno = EINVAL;
+        return SIG_ERR;
+    }
+    struct sigaction act = {.sa_handler = handler, .sa_flags = SA_RESETHAND | SA_NODEFER}, old;
+    sigemptyset(&act.sa_mask);
+    return sigaction(sig, &act, &old) == 0 ? old.sa_handler : SIG_ERR;
+}
+
+VS_EXPORT sighandler_t sysv_signal(int sig, sighandler_t handler)
+{
+    return sysv_signal_ours(sig, handler);
+}
+
+VS_EXPORT sighandler_t __sysv_signal(int sig, sighandler_t handler)
+{
+    return sysv_signal_ours(sig, handler);
+}
+
+/* BSD's name for signal(): the same, through ours. */
+VS_EXPORT sighandler_t bsd_signal(int sig, sighandler_t handler)
+{
+    return signal(sig, handler);
 }

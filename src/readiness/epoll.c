@@ -53,6 +53,7 @@
  * (vs_epoll_wake_shared), and every nested set holding one through an
  * eventfd of its own (the outer wait is not ours to count). */
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -1327,34 +1328,40 @@ static void disarm_all(struct armed *a)
 }
 
 /* epoll_pwait2, which takes its timeout by address (base/signals.h zeroes
- * it there), or epoll_pwait on kernels before 5.11. */
+ * it there), or epoll_pwait where the kernel (before 5.11) or a seccomp
+ * filter (older container runtimes: EPERM) does not offer it. */
 static int kernel_pwait2(int epfd, struct epoll_event *kev, int max, struct timespec *ts,
                          const sigset_t *mask)
 {
     static _Atomic bool no_pwait2;
     if (!atomic_load_explicit(&no_pwait2, memory_order_relaxed)) {
         int n = (int)vs_syscall(SYS_epoll_pwait2, epfd, kev, max, ts, mask, _NSIG / 8);
-        if (n >= 0 || errno != ENOSYS)
+        if (n >= 0 || (errno != ENOSYS && errno != EPERM))
             return n;
         atomic_store(&no_pwait2, true);
     }
-    int ms = !ts ? -1 : (int)(ts->tv_sec * 1000 + (ts->tv_nsec + 999999) / 1000000);
-    return (int)vs_syscall(SYS_epoll_pwait, epfd, kev, max, ms, mask, _NSIG / 8);
+    long ms = !ts ? -1 : ts->tv_sec * 1000L + (ts->tv_nsec + 999999) / 1000000;
+    if (ms > INT_MAX)
+        ms = INT_MAX;
+    return (int)vs_syscall(SYS_epoll_pwait, epfd, kev, max, (int)ms, mask, _NSIG / 8);
 }
 
 /* One sleep of a wait that started at the mark SIGNALS: interrupted (-1,
- * EINTR) when a handler ran since, as the kernel's would be. */
+ * EINTR) when a handler ran since and nothing is ready, as the kernel's
+ * would be. */
 static int kernel_wait(int epfd, struct epoll_event *kev, int max, long ns, const sigset_t *mask,
                        unsigned signals)
 {
     struct timespec ts, *tsp = vs_timespec(ns, &ts);
-    int n = 0, err = EINTR;
-    if (!tsp || ns == 0 || vs_signals_sleep_begin(signals, tsp)) {
-        n = kernel_pwait2(epfd, kev, max, tsp, mask);
-        err = errno;
-    }
-    if (ns != 0 && vs_signals_sleep_end(signals) && n == 0)
+    struct vs_sleep_guard g;
+    if (ns != 0)
+        vs_signals_sleep_begin(signals, &tsp, &g);
+    int n = kernel_pwait2(epfd, kev, max, tsp, mask);
+    int err = errno;
+    if (ns != 0 && vs_signals_sleep_end(signals, &g) && n == 0) {
         n = -1;
+        err = EINTR;
+    }
     errno = err;
     return n;
 }

@@ -153,12 +153,11 @@ static int poll_translated(struct poll_state *st, struct pollfd *fds, long timeo
         struct timespec ts, *tsp = vs_timespec(left, &ts);
         /* A handler that ran since the call started ends it as the
          * kernel's would (base/signals.h), unless something is ready. */
-        int n = 0, err = EINTR;
-        if (!tsp || vs_signals_sleep_begin(signals, tsp)) {
-            n = (int)vs_syscall(SYS_ppoll, st->k, st->nk, tsp, sigmask, _NSIG / 8);
-            err = errno;
-        }
-        bool interrupted = vs_signals_sleep_end(signals);
+        struct vs_sleep_guard g;
+        vs_signals_sleep_begin(signals, &tsp, &g);
+        int n = (int)vs_syscall(SYS_ppoll, st->k, st->nk, tsp, sigmask, _NSIG / 8);
+        int err = errno;
+        bool interrupted = vs_signals_sleep_end(signals, &g);
         vs_spin_woke();
         if (armed)
             for (nfds_t i = 0; i < st->n; i++)

@@ -75,14 +75,16 @@ long vs_blocking_left(struct vs_blocking *b, int fd)
     return b->deadline < 0 ? -1 : b->deadline - vs_now_ns();
 }
 
-bool vs_blocking_sleep_begin(const struct vs_blocking *b, struct timespec *ts)
+void vs_blocking_sleep_begin(const struct vs_blocking *b, struct timespec **ts,
+                             struct vs_sleep_guard *g)
 {
-    return b->to_the_end || !ts || vs_signals_sleep_begin(b->signals, ts);
+    if (!b->to_the_end)
+        vs_signals_sleep_begin(b->signals, ts, g);
 }
 
-bool vs_blocking_sleep_end(const struct vs_blocking *b)
+bool vs_blocking_sleep_end(const struct vs_blocking *b, const struct vs_sleep_guard *g)
 {
-    return !b->to_the_end && vs_signals_sleep_end(b->signals);
+    return !b->to_the_end && vs_signals_sleep_end(b->signals, g);
 }
 
 void vs_raise_sigpipe(int flags)

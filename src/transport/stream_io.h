@@ -36,15 +36,16 @@ struct vs_blocking {
 };
 
 /* A call's state as it starts; OPT as in struct vs_blocking. */
-#define VS_BLOCKING(o) ((struct vs_blocking){.opt = (o), .signals = vs_signals_mark()})
+#define VS_BLOCKING(o) ((struct vs_blocking){.opt = (o), .signals = vs_signals_call_mark()})
 /* A wait that only its condition ends: no timeout, no signal. */
 #define VS_BLOCKING_TO_THE_END ((struct vs_blocking){.to_the_end = true})
 
-/* Around the sleep of B's wait, whose timeout is TS (NULL: none): begin
- * says false when a signal handler ran since the call started (do not
- * sleep); end says true when one ran (the call is interrupted). */
-bool vs_blocking_sleep_begin(const struct vs_blocking *b, struct timespec *ts);
-bool vs_blocking_sleep_end(const struct vs_blocking *b);
+/* Around the sleep of B's wait, whose timeout *TS becomes the one to use
+ * (base/signals.h: zero once a handler ran since the call started); end
+ * says true when one ran (the call is interrupted). */
+void vs_blocking_sleep_begin(const struct vs_blocking *b, struct timespec **ts,
+                             struct vs_sleep_guard *g);
+bool vs_blocking_sleep_end(const struct vs_blocking *b, const struct vs_sleep_guard *g);
 
 /* Reads the call's timeout and sets its deadline, at its first wait. */
 void vs_blocking_start(struct vs_blocking *b, int fd);

@@ -74,7 +74,8 @@ static void test_leaves_restarting_handlers_alone(void)
     signal(SIGSEGV, SIG_DFL);
 }
 
-/* The handler ran during the call, before its sleep: no sleep. */
+/* The handler ran during the call, before its sleep: the sleep's timeout
+ * is zero (it only looks at what is ready). */
 static void test_handler_before_the_sleep(void)
 {
     install(SIGUSR1, on_plain, 0);
@@ -83,9 +84,18 @@ static void test_handler_before_the_sleep(void)
     raise(SIGUSR1);
     CHECK_EQ(plain_runs, before + 1);
     CHECK(vs_signals_ran(mark));
-    struct timespec ts = {5, 0};
-    CHECK(!vs_signals_sleep_begin(mark, &ts));
-    CHECK(!vs_signals_ran(vs_signals_mark()));
+    struct timespec ts = {5, 0}, *tsp = &ts;
+    struct vs_sleep_guard g;
+    vs_signals_sleep_begin(mark, &tsp, &g);
+    CHECK_EQ(tsp->tv_sec, 0);
+    CHECK_EQ(tsp->tv_nsec, 0);
+    CHECK(vs_signals_sleep_end(mark, &g));
+    /* A sleep without a timeout gets one a handler can zero. */
+    mark = vs_signals_mark();
+    tsp = NULL;
+    vs_signals_sleep_begin(mark, &tsp, &g);
+    CHECK(tsp != NULL && tsp->tv_sec > 0);
+    CHECK(!vs_signals_sleep_end(mark, &g));
     signal(SIGUSR1, SIG_DFL);
 }
 
@@ -95,19 +105,79 @@ static void test_handler_as_the_sleep_starts(void)
 {
     install(SIGUSR1, on_plain, 0);
     unsigned mark = vs_signals_mark();
-    struct timespec ts = {5, 0};
-    CHECK(vs_signals_sleep_begin(mark, &ts));
+    struct timespec ts = {5, 0}, *tsp = &ts;
+    struct vs_sleep_guard g;
+    vs_signals_sleep_begin(mark, &tsp, &g);
+    CHECK_EQ(tsp->tv_sec, 5);
     raise(SIGUSR1);
-    CHECK_EQ(ts.tv_sec, 0);
-    CHECK_EQ(ts.tv_nsec, 0);
+    CHECK_EQ(tsp->tv_sec, 0);
+    CHECK_EQ(tsp->tv_nsec, 0);
     struct pollfd none = {.fd = -1};
-    CHECK_EQ(syscall(SYS_ppoll, &none, 1, &ts, NULL, _NSIG / 8), 0); /* at once */
-    CHECK(vs_signals_sleep_end(mark));
-    /* After the sleep, a handler leaves the next sleep's time alone. */
-    struct timespec later = {5, 0};
-    raise(SIGUSR1);
-    CHECK_EQ(later.tv_sec, 5);
+    CHECK_EQ(syscall(SYS_ppoll, &none, 1, tsp, NULL, _NSIG / 8), 0); /* at once */
+    CHECK(vs_signals_sleep_end(mark, &g));
+    CHECK_EQ(ts.tv_sec, 5); /* the caller's own is never written */
     signal(SIGUSR1, SIG_DFL);
+}
+
+/* A handler's own call sleeps while an outer sleep was about to start: the
+ * outer one gets its timeout back, zeroed only by a handler of ours. */
+static void test_nested_sleep(void)
+{
+    install(SIGUSR1, on_plain, 0);
+    unsigned outer_mark = vs_signals_mark();
+    struct timespec outer = {7, 0}, *otsp = &outer;
+    struct vs_sleep_guard og, ig;
+    vs_signals_sleep_begin(outer_mark, &otsp, &og);
+    unsigned inner_mark = vs_signals_mark(); /* as if a restarting handler called */
+    struct timespec inner = {3, 0}, *itsp = &inner;
+    vs_signals_sleep_begin(inner_mark, &itsp, &ig);
+    CHECK_EQ(itsp->tv_sec, 3);
+    CHECK(!vs_signals_sleep_end(inner_mark, &ig));
+    CHECK_EQ(otsp->tv_sec, 7); /* back */
+    raise(SIGUSR1);            /* and still ours to zero */
+    CHECK_EQ(otsp->tv_sec, 0);
+    CHECK(vs_signals_sleep_end(outer_mark, &og));
+    signal(SIGUSR1, SIG_DFL);
+}
+
+/* SIG_IGN and SIG_DFL are themselves whatever the flags: nothing of ours
+ * in front (a handler at address 1 would be called). */
+static void test_ignore_with_siginfo(void)
+{
+    struct sigaction sa = {.sa_handler = SIG_IGN, .sa_flags = SA_SIGINFO};
+    sigemptyset(&sa.sa_mask);
+    CHECK_EQ(sigaction(SIGUSR1, &sa, NULL), 0);
+    struct sigaction kernel;
+    CHECK_EQ(vs_real.sigaction(SIGUSR1, NULL, &kernel), 0);
+    CHECK(kernel.sa_handler == SIG_IGN);
+    raise(SIGUSR1); /* ignored: the test goes on */
+    signal(SIGUSR1, SIG_DFL);
+}
+
+/* A one-shot handler: after it ran, the program reads back SIG_DFL with
+ * its own flags (not our SA_SIGINFO). */
+static void test_oneshot_reads_back(void)
+{
+    install(SIGUSR2, on_plain, SA_RESETHAND);
+    int before = plain_runs;
+    raise(SIGUSR2);
+    CHECK_EQ(plain_runs, before + 1);
+    struct sigaction old;
+    CHECK_EQ(sigaction(SIGUSR2, NULL, &old), 0);
+    CHECK(old.sa_handler == SIG_DFL);
+    CHECK(!(old.sa_flags & SA_SIGINFO));
+}
+
+/* sysv_signal: one-shot and interrupting, through ours. */
+static void test_sysv_signal(void)
+{
+    CHECK(sysv_signal(SIGUSR1, on_plain) == SIG_DFL);
+    unsigned mark = vs_signals_mark();
+    raise(SIGUSR1);
+    CHECK(vs_signals_ran(mark));
+    struct sigaction old;
+    CHECK_EQ(sigaction(SIGUSR1, NULL, &old), 0);
+    CHECK(old.sa_handler == SIG_DFL); /* one-shot */
 }
 
 /* SA_SIGINFO handlers get the kernel's siginfo. */
@@ -189,5 +259,9 @@ int main(void)
     test_siginfo_passes();
     test_per_thread();
     test_siginterrupt();
+    test_nested_sleep();
+    test_ignore_with_siginfo();
+    test_oneshot_reads_back();
+    test_sysv_signal();
     return check_finish("test_signals");
 }

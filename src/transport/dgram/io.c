@@ -131,11 +131,15 @@ static int sleep_rx(struct vs_udp_sock *u, int fd, struct vs_blocking *b)
     bool now = vs_udp_ring_ready(u) >= 0;
     unlock(u);
     int n = 0, err = 0;
-    if (!now && vs_blocking_sleep_begin(b, &ts)) {
-        n = (int)vs_syscall(SYS_ppoll, pf, 2, &ts, NULL, _NSIG / 8);
+    bool interrupted = false;
+    if (!now) {
+        struct timespec *tsp = &ts;
+        struct vs_sleep_guard g;
+        vs_blocking_sleep_begin(b, &tsp, &g);
+        n = (int)vs_syscall(SYS_ppoll, pf, 2, tsp, NULL, _NSIG / 8);
         err = errno;
+        interrupted = vs_blocking_sleep_end(b, &g);
     }
-    bool interrupted = vs_blocking_sleep_end(b);
     vs_spin_woke();
     lock(u);
     vs_udp_disarm(u);
@@ -144,7 +148,7 @@ static int sleep_rx(struct vs_udp_sock *u, int fd, struct vs_blocking *b)
     unlock(u);
     if (n < 0)
         return err == EINTR ? -EINTR : 0;
-    if (interrupted && !now)
+    if (interrupted && n == 0)
         return -EINTR;
     if (n == 0 && !now && !nap)
         return -ETIMEDOUT;

@@ -159,12 +159,12 @@ int vs_rdma_wait(struct vs_rdma_conn *c, int fd, short tcp_events, struct vs_blo
     bool nap;
     left = vs_wait_sleep_ns(left, shared, &nap);
     struct timespec ts = {.tv_sec = left / 1000000000L, .tv_nsec = left % 1000000000L};
-    int rc = 0, err = 0;
-    if (vs_blocking_sleep_begin(b, &ts)) {
-        rc = (int)vs_syscall(SYS_ppoll, p, n, &ts, NULL, _NSIG / 8);
-        err = errno;
-    }
-    bool interrupted = vs_blocking_sleep_end(b);
+    struct timespec *tsp = &ts;
+    struct vs_sleep_guard guard;
+    vs_blocking_sleep_begin(b, &tsp, &guard);
+    int rc = (int)vs_syscall(SYS_ppoll, p, n, tsp, NULL, _NSIG / 8);
+    int err = errno;
+    bool interrupted = vs_blocking_sleep_end(b, &guard);
     vs_spin_woke();
     atomic_fetch_sub(&c->sleepers, 1);
     vs_rdma_cq_sleep_end(g, wake);
@@ -179,7 +179,8 @@ int vs_rdma_wait(struct vs_rdma_conn *c, int fd, short tcp_events, struct vs_blo
     if (cm >= 0 && p[cm].revents)
         vs_rdma_dev_events();
     vs_rdma_progress(c, fd);
-    return interrupted ? -EINTR : 0;
+    /* Woken by news: the caller looks first (its next sleep ends at once). */
+    return interrupted && rc == 0 ? -EINTR : 0;
 }
 
 /* --------------------------------------------------------------- receive */
@@ -635,8 +636,12 @@ ssize_t vs_rdma_sendfile(struct vs_sock *s, int fd, int in_fd, off_t *offset, si
         struct iovec iov = {buf, (size_t)r};
         struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1};
         ssize_t w = vs_rdma_sendmsg(s, fd, &m, MSG_NOSIGNAL);
-        if (w <= 0)
+        if (w <= 0) {
+            /* Nothing of it sent: the file's position must not move. */
+            if (!offset)
+                lseek(in_fd, -r, SEEK_CUR);
             return total ? (ssize_t)total : w;
+        }
         if (offset)
             *offset += w;
         else if (w < r)

@@ -66,12 +66,11 @@ static int sleep_on(struct vs_shm_conn *c, int fd, struct vs_ring *ring, short t
             return 0;
         }
     }
-    int n = 0, err = 0;
-    if (vs_blocking_sleep_begin(b, tsp)) {
-        n = (int)vs_syscall(SYS_ppoll, p, p[1].fd >= 0 ? 2 : 1, tsp, NULL, _NSIG / 8);
-        err = errno;
-    }
-    bool interrupted = vs_blocking_sleep_end(b);
+    struct vs_sleep_guard g;
+    vs_blocking_sleep_begin(b, &tsp, &g);
+    int n = (int)vs_syscall(SYS_ppoll, p, p[1].fd >= 0 ? 2 : 1, tsp, NULL, _NSIG / 8);
+    int err = errno;
+    bool interrupted = vs_blocking_sleep_end(b, &g);
     vs_spin_woke();
     atomic_fetch_sub(&c->sleepers, 1);
     if (ring)
@@ -86,7 +85,8 @@ static int sleep_on(struct vs_shm_conn *c, int fd, struct vs_ring *ring, short t
         atomic_store(&c->tcp_event, true);
     if (n > 0 && p[1].revents)
         vs_shm_progress(c, fd);
-    return interrupted ? -EINTR : 0;
+    /* Woken by news: the caller looks first (its next sleep ends at once). */
+    return interrupted && n == 0 ? -EINTR : 0;
 }
 
 /* Receive side, ring phase, nothing in the ring: the peer's end of stream,
@@ -496,6 +496,10 @@ ssize_t vs_shm_sendfile(struct vs_sock *s, int fd, int in_fd, off_t *offset, siz
         struct iovec iov = {buf, (size_t)got};
         ssize_t n = ring_send(c, fd, &iov, 1, MSG_NOSIGNAL);
         if (n < 0) {
+            /* Nothing of it sent (a signal, the peer gone): the file's
+             * position must not have moved past it. */
+            if (!offset)
+                lseek(in_fd, -got, SEEK_CUR);
             rc = n;
             break;
         }
