@@ -62,9 +62,10 @@ static void fill_header(struct vs_stats_header *h, unsigned capacity)
     __atomic_store_n(&h->magic, VS_STATS_MAGIC, __ATOMIC_RELEASE);
 }
 
-/* Creates PATH afresh (a file left by our pre-exec image or a dead process
- * with our pid is replaced), readable by the owner only. */
-static int create_file(const char *path, size_t size)
+/* The file this process writes (vs_stats_exit removes it). */
+static char segment_path[PATH_MAX + 32];
+
+static int create_at(const char *path, size_t size)
 {
     unlink(path);
     int fd =
@@ -81,25 +82,39 @@ static int create_file(const char *path, size_t size)
     return fd;
 }
 
+/* Creates this process's file afresh, readable by the owner only, and
+ * names it in segment_path: a file left by our pre-exec image or a dead
+ * process with our pid is replaced. One a dead process of another user
+ * left (pid reuse; the sticky /dev/shm lets only its owner remove it)
+ * cannot be: then a name with our uid too (`vsocket stat` reads both). */
+static int create_file(size_t size)
+{
+    vs_stats_path(vs_config.stats_dir, getpid(), segment_path, sizeof(segment_path));
+    int fd = create_at(segment_path, size);
+    if (fd >= 0 || errno != EEXIST)
+        return fd;
+    size_t len = strlen(segment_path);
+    snprintf(segment_path + len, sizeof(segment_path) - len, "-%u", (unsigned)getuid());
+    return create_at(segment_path, size);
+}
+
 static void create_segment(void)
 {
-    char path[PATH_MAX + 32];
-    vs_stats_path(vs_config.stats_dir, getpid(), path, sizeof(path));
     size_t size = sizeof(struct vs_stats_header) +
                   (size_t)vs_config.stats_max * sizeof(struct vs_stats_record);
-    int fd = create_file(path, size);
+    int fd = create_file(size);
     if (fd < 0) {
         vs_warn("statistics disabled: cannot create %s (%s); set VSOCKET_STATS_DIR to a writable "
                 "directory or VSOCKET_STATS=off",
-                path, strerror(errno));
+                segment_path, strerror(errno));
         segment_failed = true;
         return;
     }
     void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     vs_syscall(SYS_close, fd);
     if (p == MAP_FAILED) {
-        vs_warn("statistics disabled: cannot map %s (%s)", path, strerror(errno));
-        unlink(path);
+        vs_warn("statistics disabled: cannot map %s (%s)", segment_path, strerror(errno));
+        unlink(segment_path);
         segment_failed = true;
         return;
     }
@@ -301,9 +316,7 @@ void vs_stats_fork_child(void)
     pthread_mutex_init(&lock, NULL);
     if (!segment)
         return;
-    char path[PATH_MAX + 32];
-    vs_stats_path(vs_config.stats_dir, getpid(), path, sizeof(path));
-    int fd = create_file(path, segment_size);
+    int fd = create_file(segment_size);
     size_t used =
         sizeof(*segment) + atomic_load(&segment->high_water) * sizeof(struct vs_stats_record);
     if (fd >= 0 && pwrite(fd, segment, used, 0) == (ssize_t)used &&
@@ -321,10 +334,10 @@ void vs_stats_fork_child(void)
         all_live = false;
         return;
     }
-    vs_warn("statistics disabled in child: cannot create %s (%s)", path, strerror(errno));
+    vs_warn("statistics disabled in child: cannot create %s (%s)", segment_path, strerror(errno));
     if (fd >= 0) {
         vs_syscall(SYS_close, fd);
-        unlink(path);
+        unlink(segment_path);
     }
     /* Keep the mapping valid but private, so writes no longer reach the
      * parent's file. */
@@ -348,7 +361,5 @@ void vs_stats_exit(void)
 {
     if (!segment || segment_pid != getpid())
         return;
-    char path[PATH_MAX + 32];
-    vs_stats_path(vs_config.stats_dir, getpid(), path, sizeof(path));
-    unlink(path);
+    unlink(segment_path);
 }

@@ -128,5 +128,30 @@ expect stat-after-exit 3 'no process' -- "$vs" stat
 head -c 300 /dev/urandom > "$tmp/vsocket-stats.1"
 expect stat-corrupt 3 'not a statistics file' -- "$vs" stat
 
+# Pid reuse: a dead process of another user left its file under our pid in
+# the sticky /dev/shm, which we may not remove: statistics go on under a
+# name with our uid (they were disabled). Pids made small and known by a
+# new pid namespace; the program runs as nobody, the leftovers are root's.
+if [ "$(id -u)" = 0 ] && unshare --pid --fork --mount-proc true 2>/dev/null; then
+  shared=$tmp/sticky
+  chmod 755 "$tmp"
+  mkdir -m 1777 "$shared"
+  for p in $(seq 1 40); do head -c 300 /dev/urandom >"$shared/vsocket-stats.$p"; done
+  out=$(VSOCKET_STATS_DIR=$shared timeout 120 unshare --pid --fork --mount-proc \
+    setpriv --reuid=65534 --regid=65534 --clear-groups "$vs" run -- /usr/bin/python3 -c '
+import os, socket, subprocess, sys
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()
+r = subprocess.run([sys.argv[1], "stat", "--json", "--pid", str(os.getpid())],
+                   capture_output=True, text=True)
+print(os.getpid(), r.stdout, r.stderr)' "$vs" 2>&1)
+  if grep -q '"state":"listening"' <<<"$out" && ! grep -q 'statistics disabled' <<<"$out"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1)); printf 'FAIL stat-pid-reuse:\n%s\n' "$out"
+  fi
+else
+  echo "tool_cli: stat-pid-reuse skipped (needs root and a pid namespace)"
+fi
+
 echo "tool_cli: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
