@@ -37,7 +37,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 env_common=(VSOCKET_LOG_LEVEL=debug VSOCKET_UPGRADE_AFTER_BYTES=64 VSOCKET_UPGRADE_AFTER_US=60000000)
 t0=$SECONDS
 
-vs_run env "${env_common[@]}" VSOCKET_LOG_FILE="$slog" "$STEPS" server "$IP:$port" --timeout 240 \
+vs_run env "${env_common[@]}" VSOCKET_LOG_FILE="$slog" "$STEPS" server "$IP:$port" --timeout 200 \
   quiet-until "$tmp/c.listening" recv 64 \
   calls-until "$slog" "rdma: calling the connector" touch "$tmp/s.called" \
   quiet-until "$tmp/c.silent" recv $size send $size \
@@ -45,7 +45,7 @@ vs_run env "${env_common[@]}" VSOCKET_LOG_FILE="$slog" "$STEPS" server "$IP:$por
 spid=$!
 pids+=($spid)
 wait_port $port
-vs_run env "${env_common[@]}" VSOCKET_LOG_FILE="$clog" "$STEPS" client "$IP:$port" --timeout 240 \
+vs_run env "${env_common[@]}" VSOCKET_LOG_FILE="$clog" "$STEPS" client "$IP:$port" --timeout 200 \
   send 64 calls-until "$clog" "rdma: the set-up starts (connector)" touch "$tmp/c.listening" \
   quiet-until "$tmp/s.called" \
   calls-until "$clog" "rdma: a caller accepted" touch "$tmp/c.silent" \
@@ -54,18 +54,19 @@ vs_run env "${env_common[@]}" VSOCKET_LOG_FILE="$clog" "$STEPS" client "$IP:$por
 cpid=$!
 pids+=($cpid)
 
-wait_file "$tmp/c.silent" 120 || fail "the connector never accepted the accepter's call"
+wait_while $cpid 120 test -e "$tmp/c.silent" || fail "the connector never accepted the accepter's call"
 echo "connector: accepted the call, now silent ($((SECONDS - t0)) s)"
 conn=$(local_of_conn_to $port)
 [ -n "$conn" ] || fail "ss shows no connection to port $port"
 # A bound for a hang only: the accepter's limit is 7 s of its own clock.
-wait_grep 'rdma: the set-up ended on TCP' "$slog" 120 || fail "the accepter's set-up never ended"
+wait_while $spid 120 grep -q 'rdma: the set-up ended on TCP' "$slog" || fail "the accepter's set-up never ended"
 grep 'rdma: the set-up ended on TCP' "$slog"
 echo "accepter: left ($((SECONDS - t0)) s); the connector comes back"
 touch "$tmp/s.left"
 
-wait_file "$tmp/c.done" 180 || fail "the client did not finish its data (hang?)"
-wait_file "$tmp/s.done" 60 || fail "the server did not finish its data (hang?)"
+# Bounded by the programs' --timeout: a hang ends them (STEPS-TIMEOUT).
+wait_while $cpid 240 test -e "$tmp/c.done" || fail "the client did not finish its data"
+wait_while $spid 240 test -e "$tmp/s.done" || fail "the server did not finish its data"
 grep '^STEPS-' "$tmp/client.out" "$tmp/server.out" || true
 srow=$(conn_row "$IP:$port" "$conn")
 crow=$(conn_row "$conn" "$IP:$port")

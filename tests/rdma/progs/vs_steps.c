@@ -16,6 +16,8 @@
  *                       calls, and the call after which F says TEXT is the
  *                       last one (F: the end's own VSOCKET_LOG_FILE)
  *   quiet-until F       makes no socket call until file F exists
+ *   call                one socket call (a poll that does not wait): the
+ *                       set-up does what is due at a call, no more
  *   touch F             creates file F
  *   close               shuts its sending side down, reads to the end of
  *                       the stream (no byte more may come), closes
@@ -232,7 +234,9 @@ static bool run(int fd, int argc, char **argv, int i, struct stream *tx, struct 
 {
     while (i < argc) {
         const char *s = argv[i];
-        int need = !strcmp(s, "calls-until") ? 2 : !strcmp(s, "close") ? 0 : 1;
+        int need = !strcmp(s, "calls-until")                   ? 2
+                   : !strcmp(s, "close") || !strcmp(s, "call") ? 0
+                                                               : 1;
         if (i + need >= argc)
             return false;
         step_now = s;
@@ -248,6 +252,8 @@ static bool run(int fd, int argc, char **argv, int i, struct stream *tx, struct 
                 nap();
         else if (!strcmp(s, "touch"))
             touch(argv[i + 1]);
+        else if (!strcmp(s, "call"))
+            poll(&(struct pollfd){.fd = fd, .events = POLLIN}, 1, 0);
         else if (!strcmp(s, "close"))
             do_close(fd);
         else
