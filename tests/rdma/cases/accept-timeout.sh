@@ -31,7 +31,7 @@
 # before the DREQ: tests/rdma/cross/80-accept-timeout-dreq-lost.sh.
 # shellcheck source=SCRIPTDIR/../lib.sh
 source "$(dirname "$0")/../lib.sh"
-port=7241
+port=7251
 size=$((1 << 20))
 STEPS=$BUILD/bin/vs_steps
 case_setup accept-timeout

@@ -46,9 +46,9 @@ cleanup() {
   [ "$VSG_ROLE" != A ] || tc qdisc del dev "$VSG_IF" root 2>/dev/null || true
 }
 trap cleanup EXIT
-fail() {
-  echo "FAIL ($VSG_ROLE): $*"
+fail() { # the reason last: the harness shows the output's tail
   for f in "$out" "$log"; do echo "--- $f"; tail -n 25 "$f" 2>/dev/null || true; done
+  echo "FAIL ($VSG_ROLE): $*"
   exit 1
 }
 cm() { cat "$PORT1/$1"; }
@@ -80,6 +80,10 @@ if [ "$VSG_ROLE" = A ]; then
   wait_port $port
   barrier listening 120
   wait_while $pid 120 grep -q 'rdma: the set-up ended on TCP' "$log" || fail "the accepter's set-up never ended"
+  # Read while B is away: once the programs close, ss no longer says
+  # "established".
+  peer=$(ss -tnH state established "( sport = :$port )" | awk 'NR == 1 { print $4 }')
+  [ -n "$peer" ] || fail "ss shows no connection on port $port"
   touch "$S.left"
   wait_file "$S.b-called" 120 || fail "B did not come back"
   dreq1=$(cm cm_tx_msgs/dreq)
@@ -88,7 +92,6 @@ if [ "$VSG_ROLE" = A ]; then
   echo "A: while B was away: $((dreq1 - dreq0)) DREQ sent, ${dropped:-?} dropped"
   # Bounded by the program's --timeout: a hang ends it (STEPS-TIMEOUT).
   wait_while $pid 240 test -e /tmp/at-done || fail "the server did not finish its data"
-  peer=$(ss -tnH state established "( sport = :$port )" | awk 'NR == 1 { print $4 }')
   row=$(conn_row "$A_IP:$port" "$peer")
   echo "A: vsocket stat: '$row'"
   verdict_data server
@@ -114,8 +117,10 @@ vs_run env "${env_common[@]}" "$STEPS" client "$A_IP:$port" --timeout 200 \
   quiet-until "$S.left" call touch "$S.b-called" send $size recv $size \
   touch /tmp/at-done quiet-until /tmp/at-release close >"$out" 2>&1 &
 pid=$!
+wait_while $pid 120 test -e "$S.c-silent" || fail "the connector never accepted the accepter's call"
+conn=$(local_of_conn_to $port) # while established: A may close first
+[ -n "$conn" ] || fail "ss shows no connection to port $port"
 wait_while $pid 240 test -e /tmp/at-done || fail "the client did not finish its data"
-conn=$(local_of_conn_to $port)
 row=$(conn_row "$conn" "$A_IP:$port")
 echo "B: DREQs received before the end: $(($(cm cm_rx_msgs/dreq) - dreq0)); vsocket stat: '$row'"
 verdict_data client

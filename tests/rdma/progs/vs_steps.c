@@ -228,17 +228,36 @@ static int open_conn(bool server, const char *ipport)
     return c;
 }
 
-/* Runs the steps from ARGV[I]; false when one is unknown or short of its
- * arguments. */
-static bool run(int fd, int argc, char **argv, int i, struct stream *tx, struct stream *rx)
+/* How many arguments step S takes; -1: no such step. */
+static int step_args(const char *s)
+{
+    static const char *const names[] = {"close",       "call",  "send",       "recv",
+                                        "quiet-until", "touch", "calls-until"};
+    static const int args[] = {0, 0, 1, 1, 1, 1, 2};
+    for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++)
+        if (!strcmp(s, names[k]))
+            return args[k];
+    return -1;
+}
+
+/* Whether ARGV from I is a script of known steps with their arguments:
+ * checked before the first, so that a typo does not wait for a set-up. */
+static bool script_ok(int argc, char **argv, int i)
+{
+    while (i < argc) {
+        int need = step_args(argv[i]);
+        if (need < 0 || i + need >= argc)
+            return false;
+        i += need + 1;
+    }
+    return true;
+}
+
+static void run(int fd, int argc, char **argv, int i, struct stream *tx, struct stream *rx)
 {
     while (i < argc) {
         const char *s = argv[i];
-        int need = !strcmp(s, "calls-until")                   ? 2
-                   : !strcmp(s, "close") || !strcmp(s, "call") ? 0
-                                                               : 1;
-        if (i + need >= argc)
-            return false;
+        int need = step_args(s);
         step_now = s;
         printf("STEP %s%s%s\n", s, need ? " " : "", need ? argv[i + 1] : "");
         if (!strcmp(s, "send"))
@@ -256,12 +275,9 @@ static bool run(int fd, int argc, char **argv, int i, struct stream *tx, struct 
             poll(&(struct pollfd){.fd = fd, .events = POLLIN}, 1, 0);
         else if (!strcmp(s, "close"))
             do_close(fd);
-        else
-            return false;
         fflush(stdout);
         i += need + 1;
     }
-    return true;
 }
 
 int main(int argc, char **argv)
@@ -279,15 +295,16 @@ int main(int argc, char **argv)
         timeout = (unsigned)atoi(argv[4]);
         i = 5;
     }
+    if (!script_ok(argc, argv, i)) {
+        fprintf(stderr, "vs_steps: an unknown step or one short of its arguments\n");
+        return 2;
+    }
     signal(SIGALRM, on_alarm);
     alarm(timeout);
     int fd = open_conn(server, argv[2]);
     struct stream tx = {.seed = server ? 2 : 1, .fnv = 0xcbf29ce484222325ull};
     struct stream rx = {.seed = server ? 1 : 2, .fnv = 0xcbf29ce484222325ull};
-    if (!run(fd, argc, argv, i, &tx, &rx)) {
-        fprintf(stderr, "vs_steps: an unknown step or one short of its arguments\n");
-        return 2;
-    }
+    run(fd, argc, argv, i, &tx, &rx);
     printf("STEPS-DATA role=%s sent=%llu sent_fnv=%016llx rcvd=%llu rcvd_fnv=%016llx result=OK\n",
            role, (unsigned long long)tx.pos, (unsigned long long)tx.fnv, (unsigned long long)rx.pos,
            (unsigned long long)rx.fnv);
