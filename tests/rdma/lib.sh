@@ -98,6 +98,20 @@ wait_grep() {
   return 1
 }
 
+# wait_while PID S CMD...   until CMD succeeds; fails at once if PID (the
+#                       program whose progress CMD looks for) ended, or after S s
+wait_while() {
+  local pid=$1 limit=$2 i
+  shift 2
+  for ((i = 0; i < limit * 10; i++)); do
+    "$@" 2>/dev/null && return 0
+    kill -0 "$pid" 2>/dev/null || { echo "the program ($pid) ended before: $*"; return 1; }
+    sleep 0.1
+  done
+  echo "not after ${limit}s: $*"
+  return 1
+}
+
 # conn_row LOCAL PEER   "TRANSPORT REASON" of that connection in `vsocket stat --all`
 conn_row() {
   "$TOOL" stat --all 2>/dev/null | awk -v l="$1" -v p="$2" '$5 == l && $6 == p { print $7, $12; exit }'

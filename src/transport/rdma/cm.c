@@ -164,6 +164,7 @@ static void accepter_connect(struct vs_rdma_conn *c)
     if (rdma_connect(c->id, &param) < 0)
         return retry_later(c);
     atomic_store(&c->hs, VS_RDMA_CONNECT);
+    vs_debug("rdma: calling the connector");
 }
 
 static void fill_ring_msg(struct vs_rdma_conn *c, struct vs_rdma_msg *m)
@@ -203,6 +204,7 @@ static void accepter_established(struct vs_rdma_conn *c, const struct vs_rdma_ev
         return fail(c, VS_REASON_NO_RESOURCES);
     vs_upgrade_messages(&c->up);
     atomic_store(&c->hs, VS_RDMA_WAIT_RING);
+    vs_debug("rdma: proof and ring sent, waiting for the connector's ring");
 }
 
 static void accepter_rejected(struct vs_rdma_conn *c, const struct vs_rdma_event *e)
@@ -302,6 +304,7 @@ static void connector_request(struct vs_rdma_conn *c, const struct vs_rdma_event
     }
     vs_upgrade_messages(&c->up);
     atomic_store(&c->hs, VS_RDMA_ACCEPT);
+    vs_debug("rdma: a caller accepted, waiting for its proof");
 }
 
 /* The peer's ring: where our writes go. The send copy has its size.
@@ -516,11 +519,12 @@ static bool take_setup_msg(struct vs_rdma_conn *c, int hs)
 static void leave_waiting_ring(struct vs_rdma_conn *c, const char *reason)
 {
     struct vs_rdma_msg m = {.type = VS_RDMA_MSG_CUT};
-    if (vs_rdma_post_msg(c, &m) == 0)
-        vs_rdma_wait_placed(c, SETUP_LEAVE_NS);
+    bool placed = vs_rdma_post_msg(c, &m) == 0 && vs_rdma_wait_placed(c, SETUP_LEAVE_NS);
     atomic_store(&c->st.rx_back_on_tcp, true);
     vs_rdma_proof_wipe(&c->proof);
     vs_rdma_conn_fail(c, reason);
+    vs_debug("rdma: left a set-up waiting for the connector's ring (%s), CUT %s", reason,
+             placed ? "placed" : "not placed");
 }
 
 bool vs_rdma_setup_leave(struct vs_rdma_conn *c, const char *reason)

@@ -5,6 +5,7 @@
 #include <time.h>
 #include <string.h>
 
+#include "config/log.h"
 #include "core/clock.h"
 #include "core/ownfd.h"
 #include "core/reason.h"
@@ -126,6 +127,9 @@ void vs_rdma_conn_fail(struct vs_rdma_conn *c, const char *reason)
         c->fail_reason = reason;
     vs_rdma_bump(c);
     atomic_store_explicit(&c->hs, VS_RDMA_FAILED, memory_order_release);
+    /* Said here, not when a call shows the outcome (rdma.c): a program
+     * asleep in a blocking call shows it only as the call returns. */
+    vs_debug("rdma: the set-up ended on TCP: %s", c->fail_reason);
 }
 
 void vs_rdma_conn_each(void (*fn)(struct vs_rdma_conn *c, void *arg), void *arg)
