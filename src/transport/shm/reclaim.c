@@ -36,28 +36,34 @@ static void reclaim_tx(struct vs_shm_conn *c, long now)
     vs_plock_unlock(&c->tx_lock);
 }
 
-/* Under the receiving side's lock, if free. The producer saw no room while
- * we held the ring: wake it if it went to sleep on that, as a read does. */
-static void reclaim_rx(struct vs_shm_conn *c, long now)
+/* Under the receiving side's lock: taken if free, or already ours (HELD: a
+ * blocking recv asleep on this very ring, whose writer may be the one that
+ * never calls again). The producer saw no room while we held the ring:
+ * wake it if it went to sleep on that, as a read does. */
+static void reclaim_rx(struct vs_shm_conn *c, long now, bool held)
 {
-    if (!atomic_load_explicit(&c->rx_ready, memory_order_acquire) || !vs_plock_trylock(&c->rx_lock))
+    if (!atomic_load_explicit(&c->rx_ready, memory_order_acquire) ||
+        (!held && !vs_plock_trylock(&c->rx_lock)))
         return;
     if (vs_ring_reclaim_consumed(&c->rx, now, VS_SHM_IDLE_NS) && vs_ring_producer_sleeping(&c->rx))
         vs_shm_send_msg(c, VS_MSG_WAKE, 0, 0);
-    vs_plock_unlock(&c->rx_lock);
+    if (!held)
+        vs_plock_unlock(&c->rx_lock);
 }
 
 static void reclaim_one(struct vs_shm_conn *c, void *arg)
 {
     reclaim_tx(c, *(long *)arg);
-    reclaim_rx(c, *(long *)arg);
+    reclaim_rx(c, *(long *)arg, false);
 }
 
-void vs_shm_idle(struct vs_shm_conn *c)
+void vs_shm_idle(struct vs_shm_conn *c, const struct vs_ring *held)
 {
     long now = vs_now_ns(), last = atomic_load_explicit(&last_scan, memory_order_relaxed);
-    if (c)
-        reclaim_one(c, &now);
+    if (c) {
+        reclaim_tx(c, now);
+        reclaim_rx(c, now, held == &c->rx);
+    }
     if (now - last < SCAN_NS || !atomic_compare_exchange_strong(&last_scan, &last, now))
         return;
     vs_shm_conn_each(reclaim_one, &now);
@@ -66,5 +72,5 @@ void vs_shm_idle(struct vs_shm_conn *c)
 void vs_shm_idle_sock(struct vs_sock *s)
 {
     if (s->conn)
-        vs_shm_idle(s->conn);
+        vs_shm_idle(s->conn, NULL);
 }
