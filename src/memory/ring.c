@@ -48,8 +48,11 @@ struct vs_ring_shared {
     /* Written by the consumer. */
     alignas(64) _Atomic uint64_t tail; /* bytes ever consumed */
     _Atomic uint32_t reader_closed;
-    _Atomic uint32_t reclaiming; /* 1 while it gives the data pages back */
-    _Atomic uint64_t reclaimed;  /* how many times it did */
+    /* Odd while it gives the data pages back; one more at each start and
+     * end, so that its count of both tells an edge-triggered writer that
+     * room came back (vs_ring_space_mark). */
+    _Atomic uint32_t reclaiming;
+    _Atomic uint64_t reclaimed; /* how many times it did */
     /* The consumer sleeps on data, the producer on space. */
     alignas(64) struct vs_event data;
     alignas(64) struct vs_event space;
@@ -174,6 +177,7 @@ static void init_private(struct vs_ring *r, uint64_t span, uint64_t window, uint
     r->mark_seq = 0;
     r->mark_pos_ns = r->mark_seq_ns = 0;
     r->reclaims = 0;
+    r->reclaim_seq = 0;
 }
 
 /* A file larger than RLIMIT_FSIZE would get us SIGXFSZ from ftruncate. */
@@ -265,6 +269,7 @@ static int check_header(struct vs_ring *r)
         return -EPROTO;
     init_private(r, span, window, rcv, r->role == VS_RING_PRODUCER ? head : tail);
     r->reclaims = atomic_load(&r->sh->reclaimed);
+    r->reclaim_seq = atomic_load(&r->sh->reclaiming) & ~1u;
     return 0;
 }
 
@@ -513,7 +518,7 @@ static void grow(struct vs_ring *r)
 static bool begin_write(struct vs_ring_shared *sh)
 {
     atomic_store_explicit(&sh->writing, 1, memory_order_seq_cst);
-    if (!atomic_load_explicit(&sh->reclaiming, memory_order_seq_cst))
+    if (!(atomic_load_explicit(&sh->reclaiming, memory_order_seq_cst) & 1))
         return true;
     atomic_store_explicit(&sh->writing, 0, memory_order_release);
     return false;
@@ -661,7 +666,7 @@ ssize_t vs_ring_writable(struct vs_ring *r)
     int64_t used = producer_used(r);
     if (used < 0)
         return used;
-    if (atomic_load_explicit(&r->sh->reclaiming, memory_order_acquire))
+    if (atomic_load_explicit(&r->sh->reclaiming, memory_order_acquire) & 1)
         return 0; /* for a moment: vs_ring_write() would say -EAGAIN */
     return (uint64_t)used >= r->limit ? 0 : (ssize_t)(r->limit - (uint64_t)used);
 }
@@ -739,6 +744,11 @@ uint64_t vs_ring_head(struct vs_ring *r)
 uint64_t vs_ring_tail(struct vs_ring *r)
 {
     return atomic_load_explicit(&r->sh->tail, memory_order_acquire);
+}
+
+uint64_t vs_ring_space_mark(struct vs_ring *r)
+{
+    return vs_ring_tail(r) + atomic_load_explicit(&r->sh->reclaiming, memory_order_acquire);
 }
 
 /* Producer: the epoch of stream position AT in [tail, head], from our own
@@ -844,7 +854,7 @@ bool vs_ring_reclaim_consumed(struct vs_ring *r, long now_ns, long idle_ns)
      * quiet long enough. */
     if (head != r->pos || head == r->clean_pos || now_ns - r->mark_pos_ns < idle_ns)
         return false;
-    atomic_store_explicit(&sh->reclaiming, 1, memory_order_seq_cst);
+    atomic_store_explicit(&sh->reclaiming, ++r->reclaim_seq, memory_order_seq_cst); /* odd */
     bool quiet = atomic_load_explicit(&sh->writing, memory_order_seq_cst) == 0 &&
                  atomic_load_explicit(&sh->head, memory_order_acquire) == r->pos;
     if (quiet) {
@@ -854,8 +864,8 @@ bool vs_ring_reclaim_consumed(struct vs_ring *r, long now_ns, long idle_ns)
         r->clean_pos = r->pos;
         atomic_store_explicit(&sh->reclaimed, ++r->reclaims, memory_order_relaxed);
     }
-    /* Release: a producer that sees 0 here writes after the punch. */
-    atomic_store_explicit(&sh->reclaiming, 0, memory_order_release);
+    /* Release: a producer that sees this (even) writes after the punch. */
+    atomic_store_explicit(&sh->reclaiming, ++r->reclaim_seq, memory_order_release);
     if (r->futex_signal)
         vs_event_signal(&sh->space);
     return true;

@@ -111,6 +111,7 @@ struct vs_ring {
     /* Both: the consumer's reclaims, as counted in the header. Consumer:
      * clean_pos, mark_pos and mark_pos_ns above are its own (the head). */
     uint64_t reclaims;
+    uint32_t reclaim_seq; /* consumer: its handshakes' word, kept privately */
 };
 
 /* The window to use for a requested size: the next power of two, clamped
@@ -199,6 +200,11 @@ bool vs_ring_producer_sleeping(struct vs_ring *r);
  * consumer's (producer side: how far the peer read), as published. */
 uint64_t vs_ring_head(struct vs_ring *r);
 uint64_t vs_ring_tail(struct vs_ring *r);
+
+/* Producer: a value that changes whenever room may have come back: the
+ * consumer read, or ended a reclaim (during which writes said -EAGAIN).
+ * Edge-triggered readiness reports EPOLLOUT only when it moved. */
+uint64_t vs_ring_space_mark(struct vs_ring *r);
 
 /* Producer: copies the unread bytes from stream position FROM (a cursor
  * value in [tail, head]) into BUF, at most LEN; -EPROTO if out of range. */
