@@ -1,7 +1,9 @@
 /* test_ring.c - the shared-memory byte ring and its waits: data integrity
  * across wrap-around, threads and processes; partial writes, peek, end of
- * stream, EPIPE; timeouts, wake-ups, signals, peer death; and a hostile
- * peer: malformed regions refused at attach, wild cursors refused later. */
+ * stream, EPIPE; timeouts, wake-ups, signals, peer death; growth and both
+ * ends' reclaim (the consumer's handshake with the producer, issue 24); and
+ * a hostile peer: malformed regions refused at attach, wild cursors refused
+ * later. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
