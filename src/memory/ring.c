@@ -13,8 +13,8 @@
 #include <unistd.h>
 
 #define RING_MAGIC 0x67727376u /* "vsrg" */
-#define RING_VERSION 2u
-#define HEADER_SIZE 4096u /* the data starts on its own page */
+#define RING_VERSION 3u        /* 3: the reclaim handshake (writing, reclaiming, reclaimed) */
+#define HEADER_SIZE 4096u      /* the data starts on its own page */
 #define RING_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
 #define GUARD_SIZE 4096u
 #define PAGE 4096u
@@ -43,10 +43,16 @@ struct vs_ring_shared {
     /* Written by the producer. */
     alignas(64) _Atomic uint64_t head; /* bytes ever published */
     _Atomic uint32_t writer_closed;    /* 1 closed, RESET closed with a reset */
+    _Atomic uint32_t writing;          /* 1 while a write is in flight (the handshake) */
     _Atomic uint64_t epochs; /* epochs ever started; epoch n is in epoch[n % VS_RING_EPOCHS] */
     /* Written by the consumer. */
     alignas(64) _Atomic uint64_t tail; /* bytes ever consumed */
     _Atomic uint32_t reader_closed;
+    /* Odd while it gives the data pages back; one more at each start and
+     * end, so that its count of both tells an edge-triggered writer that
+     * room came back (vs_ring_space_mark). */
+    _Atomic uint32_t reclaiming;
+    _Atomic uint64_t reclaimed; /* how many times it did */
     /* The consumer sleeps on data, the producer on space. */
     alignas(64) struct vs_event data;
     alignas(64) struct vs_event space;
@@ -170,6 +176,8 @@ static void init_private(struct vs_ring *r, uint64_t span, uint64_t window, uint
     r->clean_pos = r->mark_pos = pos;
     r->mark_seq = 0;
     r->mark_pos_ns = r->mark_seq_ns = 0;
+    r->reclaims = 0;
+    r->reclaim_seq = 0;
 }
 
 /* A file larger than RLIMIT_FSIZE would get us SIGXFSZ from ftruncate. */
@@ -260,6 +268,8 @@ static int check_header(struct vs_ring *r)
     if (r->role == VS_RING_PRODUCER ? !fresh_epochs(r, window) : atomic_load(&r->sh->epochs) == 0)
         return -EPROTO;
     init_private(r, span, window, rcv, r->role == VS_RING_PRODUCER ? head : tail);
+    r->reclaims = atomic_load(&r->sh->reclaimed);
+    r->reclaim_seq = atomic_load(&r->sh->reclaiming) & ~1u;
     return 0;
 }
 
@@ -498,12 +508,47 @@ static void grow(struct vs_ring *r)
     start_epoch(r, to);
 }
 
-ssize_t vs_ring_write(struct vs_ring *r, const struct iovec *iov, int iovcnt, int flags)
+/* The handshake with a consumer that gives the pages back while we may be
+ * asleep (vs_ring_reclaim_consumed): we say that we write, then look
+ * whether it reclaims; it says that it reclaims, then looks whether we
+ * write. Sequentially consistent on both sides (Dekker), so that at least
+ * one of the two sees the other: it never punches a page that a write in
+ * flight has filled, and we never write while it punches. Costs a locked
+ * store per write. */
+static bool begin_write(struct vs_ring_shared *sh)
 {
-    struct vs_ring_shared *sh = r->sh;
-    if (atomic_load_explicit(&sh->reader_closed, memory_order_acquire) ||
-        atomic_load_explicit(&sh->writer_closed, memory_order_relaxed))
-        return -EPIPE;
+    atomic_store_explicit(&sh->writing, 1, memory_order_seq_cst);
+    if (!(atomic_load_explicit(&sh->reclaiming, memory_order_seq_cst) & 1))
+        return true;
+    atomic_store_explicit(&sh->writing, 0, memory_order_release);
+    return false;
+}
+
+/* Release: a consumer that reads 0 here sees the head we published. */
+static void end_write(struct vs_ring_shared *sh)
+{
+    atomic_store_explicit(&sh->writing, 0, memory_order_release);
+}
+
+/* The consumer gave every data page back since we last looked, which it
+ * does only when the ring is empty: none above the window holds any now.
+ * A count that moves while bytes are unread is a hostile peer's, and
+ * changes nothing but what our own reclaim thinks it must punch. */
+static void note_peer_reclaim(struct vs_ring *r, uint64_t used)
+{
+    uint64_t n = atomic_load_explicit(&r->sh->reclaimed, memory_order_relaxed);
+    if (n == r->reclaims)
+        return;
+    r->reclaims = n;
+    if (used == 0 && r->level == 0) {
+        r->warm = 0;
+        r->clean_pos = r->pos;
+    }
+}
+
+/* vs_ring_write() inside the handshake. */
+static ssize_t write_in(struct vs_ring *r, const struct iovec *iov, int iovcnt, int flags)
+{
     int64_t used = producer_used(r);
     if (used < 0)
         return used;
@@ -511,6 +556,7 @@ ssize_t vs_ring_write(struct vs_ring *r, const struct iovec *iov, int iovcnt, in
      * can be given back (vs_ring_reclaim). */
     if (used == 0 && r->level != 0)
         start_epoch(r, 0);
+    note_peer_reclaim(r, (uint64_t)used);
     uint64_t room = region_room(r, (uint64_t)used);
     if (room == 0) {
         if (iov_empty(iov, iovcnt))
@@ -527,10 +573,25 @@ ssize_t vs_ring_write(struct vs_ring *r, const struct iovec *iov, int iovcnt, in
         return 0;
     /* Release: the bytes are visible before the cursor that covers them. */
     r->pos += n;
-    atomic_store_explicit(&sh->head, r->pos, memory_order_release);
-    if (r->futex_signal)
-        vs_event_signal(&sh->data);
+    atomic_store_explicit(&r->sh->head, r->pos, memory_order_release);
     return (ssize_t)n;
+}
+
+ssize_t vs_ring_write(struct vs_ring *r, const struct iovec *iov, int iovcnt, int flags)
+{
+    struct vs_ring_shared *sh = r->sh;
+    if (atomic_load_explicit(&sh->reader_closed, memory_order_acquire) ||
+        atomic_load_explicit(&sh->writer_closed, memory_order_relaxed))
+        return -EPIPE;
+    /* The consumer is giving the pages back: no room for a moment. It
+     * wakes a producer asleep on space when it is done, as a read does. */
+    if (!begin_write(sh))
+        return -EAGAIN;
+    ssize_t n = write_in(r, iov, iovcnt, flags);
+    end_write(sh);
+    if (n > 0 && r->futex_signal)
+        vs_event_signal(&sh->data);
+    return n;
 }
 
 /* Unread bytes from the consumer's side; the producer's cursor must lie in
@@ -605,6 +666,8 @@ ssize_t vs_ring_writable(struct vs_ring *r)
     int64_t used = producer_used(r);
     if (used < 0)
         return used;
+    if (atomic_load_explicit(&r->sh->reclaiming, memory_order_acquire) & 1)
+        return 0; /* for a moment: vs_ring_write() would say -EAGAIN */
     return (uint64_t)used >= r->limit ? 0 : (ssize_t)(r->limit - (uint64_t)used);
 }
 
@@ -683,6 +746,11 @@ uint64_t vs_ring_tail(struct vs_ring *r)
     return atomic_load_explicit(&r->sh->tail, memory_order_acquire);
 }
 
+uint64_t vs_ring_space_mark(struct vs_ring *r)
+{
+    return vs_ring_tail(r) + atomic_load_explicit(&r->sh->reclaiming, memory_order_acquire);
+}
+
 /* Producer: the epoch of stream position AT in [tail, head], from our own
  * current epoch back through the table (which the peer can scribble on:
  * entries are checked as the consumer checks them). */
@@ -747,6 +815,9 @@ bool vs_ring_reclaim(struct vs_ring *r, long now_ns, long idle_ns)
     int64_t used = producer_used(r);
     if (used < 0)
         return false;
+    note_peer_reclaim(r, (uint64_t)used);
+    if (r->pos == r->clean_pos && r->warm == 0)
+        return false; /* the consumer did it */
     if (used == 0 && now_ns - r->mark_pos_ns >= idle_ns) {
         /* Idle and read to the end: no byte anywhere is wanted any more. */
         if (r->level != 0)
@@ -763,6 +834,41 @@ bool vs_ring_reclaim(struct vs_ring *r, long now_ns, long idle_ns)
         r->warm = 0;
     }
     return r->pos != r->clean_pos || r->warm > 0;
+}
+
+/* The consumer's side of the handshake (begin_write): with a producer
+ * that went quiet and a ring read to its end, every data page may go,
+ * whatever the producer's program does meanwhile. One that writes (or died
+ * writing, or lies that it writes) keeps them: we never wait for it. */
+bool vs_ring_reclaim_consumed(struct vs_ring *r, long now_ns, long idle_ns)
+{
+    struct vs_ring_shared *sh = r->sh;
+    if (r->role != VS_RING_CONSUMER || !sh)
+        return false;
+    uint64_t head = atomic_load_explicit(&sh->head, memory_order_acquire);
+    if (head != r->mark_pos) {
+        r->mark_pos = head;
+        r->mark_pos_ns = now_ns;
+    }
+    /* Bytes unread, nothing written since we gave the pages back, or not
+     * quiet long enough. */
+    if (head != r->pos || head == r->clean_pos || now_ns - r->mark_pos_ns < idle_ns)
+        return false;
+    atomic_store_explicit(&sh->reclaiming, ++r->reclaim_seq, memory_order_seq_cst); /* odd */
+    bool quiet = atomic_load_explicit(&sh->writing, memory_order_seq_cst) == 0 &&
+                 atomic_load_explicit(&sh->head, memory_order_acquire) == r->pos;
+    if (quiet) {
+        /* The whole span: holes cost nothing to punch again, and the
+         * producer's private view of which regions hold pages is its own. */
+        punch(r, 0, r->capacity);
+        r->clean_pos = r->pos;
+        atomic_store_explicit(&sh->reclaimed, ++r->reclaims, memory_order_relaxed);
+    }
+    /* Release: a producer that sees this (even) writes after the punch. */
+    atomic_store_explicit(&sh->reclaiming, ++r->reclaim_seq, memory_order_release);
+    if (r->futex_signal)
+        vs_event_signal(&sh->space);
+    return true;
 }
 
 /* Wake-up conditions; a corrupt cursor also ends the wait, so that the

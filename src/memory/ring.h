@@ -18,9 +18,12 @@
  * cover. Regions with unread bytes never overlap: since the last return to
  * the window the producer only moved up the ladder.
  *
- * Reclaim: only the producer frees pages (MADV_REMOVE), since only it knows
- * that no write is in flight; the file's size never changes, so the peer's
- * mapping stays valid and just reads zeros where a hole was punched.
+ * Reclaim: pages go back (MADV_REMOVE) when no byte in them is wanted. The
+ * producer frees them from its own calls; the consumer too, once the ring
+ * is empty and its producer quiet, through a handshake that tells it no
+ * write is in flight (a writer whose program never calls again would keep
+ * them otherwise). The file's size never changes, so the peer's mapping
+ * stays valid and just reads zeros where a hole was punched.
  *
  * The peer is not trusted. Everything in the shared header is validated on
  * attach, sizes are taken from the file itself, every read of the peer's
@@ -105,6 +108,10 @@ struct vs_ring {
     uint64_t clean_pos; /* pos when the window's pages were last given back */
     uint64_t mark_pos, mark_seq;
     long mark_pos_ns, mark_seq_ns; /* since when pos and ep have not changed */
+    /* Both: the consumer's reclaims, as counted in the header. Consumer:
+     * clean_pos, mark_pos and mark_pos_ns above are its own (the head). */
+    uint64_t reclaims;
+    uint32_t reclaim_seq; /* consumer: its handshakes' word, kept privately */
 };
 
 /* The window to use for a requested size: the next power of two, clamped
@@ -140,8 +147,9 @@ void vs_ring_set_limit(struct vs_ring *r, uint64_t most);
 /* Producer: copies up to the free space of the current region from iov,
  * first growing into a larger region when that one is full and the limit
  * allows (unless VS_RING_NO_GROW: then -ENOSPC). Bytes written, -EAGAIN
- * when the ring holds its limit, -EPIPE when the reader is gone or we shut
- * down, -EPROTO. */
+ * when the ring holds its limit or while the consumer gives its pages back
+ * (vs_ring_writable() then says 0 and the consumer wakes us after), -EPIPE
+ * when the reader is gone or we shut down, -EPROTO. */
 ssize_t vs_ring_write(struct vs_ring *r, const struct iovec *iov, int iovcnt, int flags);
 
 /* Consumer: copies up to the readable bytes into iov; bytes read, 0 at end
@@ -193,6 +201,11 @@ bool vs_ring_producer_sleeping(struct vs_ring *r);
 uint64_t vs_ring_head(struct vs_ring *r);
 uint64_t vs_ring_tail(struct vs_ring *r);
 
+/* Producer: a value that changes whenever room may have come back: the
+ * consumer read, or ended a reclaim (during which writes said -EAGAIN).
+ * Edge-triggered readiness reports EPOLLOUT only when it moved. */
+uint64_t vs_ring_space_mark(struct vs_ring *r);
+
 /* Producer: copies the unread bytes from stream position FROM (a cursor
  * value in [tail, head]) into BUF, at most LEN; -EPROTO if out of range. */
 ssize_t vs_ring_unread_copy(struct vs_ring *r, uint64_t from, void *buf, size_t len);
@@ -204,6 +217,14 @@ ssize_t vs_ring_unread_copy(struct vs_ring *r, uint64_t from, void *buf, size_t 
  * data page goes once nothing was written for that long and the ring is
  * empty. Whether pages remain that a later call may give back. */
 bool vs_ring_reclaim(struct vs_ring *r, long now_ns, long idle_ns);
+
+/* Consumer, with no read in flight (the caller holds the receiving side):
+ * gives back every data page once the ring has been empty and its head
+ * unchanged for IDLE_NS, unless a write is in flight; the producer's
+ * program need not call. Whether it took the ring for it (for a moment
+ * the producer saw no room): the caller must then wake a producer asleep
+ * on space (vs_ring_producer_sleeping), as after a read. */
+bool vs_ring_reclaim_consumed(struct vs_ring *r, long now_ns, long idle_ns);
 
 /* Waits until the operation of our role can make progress: something to
  * read or end of stream (consumer), space or reader gone (producer), or the

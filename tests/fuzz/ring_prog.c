@@ -347,10 +347,32 @@ static void op_reclaim(struct ring_prog *p, struct fz_in *in)
     FZ_TRACE("reclaim at %ld ms, idle %ld ms: %d\n", p->now_ns / 1000000, idle_ns / 1000000, more);
 }
 
+/* The consumer gives the pages back once the ring is empty and its head
+ * has not moved for the idle time (issue 24: the producer's program need
+ * not call): never a byte still unread, and the producer goes on intact
+ * (the exact model checks every byte read afterwards). Its handshake
+ * words are in the header: the peer's pokes set them like any other. */
+static void op_reclaim_consumed(struct ring_prog *p, struct fz_in *in)
+{
+    p->now_ns += (long)fz_u16(in) * 1000000;
+    long idle_ns = (long)fz_u8(in) * 1000000;
+    bool took = vs_ring_reclaim_consumed(p->cons, p->now_ns, idle_ns);
+    FZ_TRACE("reclaim by the consumer at %ld ms, idle %ld ms: %d\n", p->now_ns / 1000000,
+             idle_ns / 1000000, took);
+    if (!p->poisoned && p->prod) /* no write in flight here: an empty, idle ring was taken */
+        FZ_CHECK(!took || unread(p) == 0, "consumer reclaim with %lu unread",
+                 (unsigned long)unread(p));
+}
+
 /* Opcode 9's operations, after a byte that picks one. */
 static void step_more(struct ring_prog *p, struct fz_in *in)
 {
-    uint8_t op = fz_u8(in) % 5;
+    uint8_t op = fz_u8(in) % 6;
+    if (op == 5) {
+        if (p->cons)
+            op_reclaim_consumed(p, in);
+        return;
+    }
     if (op != 0 && !p->prod)
         return;
     switch (op) {

@@ -34,7 +34,7 @@ struct ring_prog {
      * stop at a region's end (a ring that can grow). */
     uint64_t window, top, limit;
     bool elastic;
-    long now_ns; /* the clock vs_ring_reclaim() is given */
+    long now_ns; /* the clock vs_ring_reclaim() and vs_ring_reclaim_consumed() are given */
 };
 
 /* Runs the rest of IN as steps on P. */

@@ -53,6 +53,10 @@ def reclaim(advance_ms, idle_ms):
     return b"\x09\x02" + u16(advance_ms) + bytes([idle_ms])
 
 
+def reclaim_consumed(advance_ms, idle_ms):
+    return b"\x09\x05" + u16(advance_ms) + bytes([idle_ms])
+
+
 def set_limit(most):
     return b"\x09\x03" + most.to_bytes(3, "little")
 
@@ -111,6 +115,22 @@ RING = {
     "grow_producer": elastic(0, 5, 0x80) + write(60000) + write(60000) + read(50000)
     + unread_copy(0, 1000) + read(70000) + reclaim(10, 0),
     "no_grow": elastic(0, 2) + write(4096) + write_no_grow(10) + write(10) + read(5000),
+    # Issue 24: the consumer gives the pages back (version 3's handshake:
+    # the producer's writing word at byte 76, the consumer's reclaiming at
+    # 140 and its count at 144).
+    "consumer_reclaim": elastic(1, 4) + write(20000) + write(20000) + read(40000)
+    + reclaim_consumed(10, 50) + reclaim_consumed(100, 50) + reclaim_consumed(100, 50)
+    + write(100) + read(100) + reclaim(1000, 50) + reclaim_consumed(1000, 50) + COUNTS
+    + write(30000) + read(30000),
+    "consumer_reclaim_unread": elastic(0, 3) + write(9000) + read(100) + reclaim_consumed(10, 0)
+    + reclaim_consumed(1000, 0) + read(9000) + reclaim_consumed(1000, 0) + write(5),
+    "writing_held": elastic(1, 4) + write(20000) + read(20000) + poke_set(19, 1, 2)
+    + reclaim_consumed(10, 5) + reclaim_consumed(100, 5) + poke_set(19, 0, 2)
+    + reclaim_consumed(100, 5) + write(100) + read(100),
+    "reclaiming_held": elastic(0, 3) + write(100) + read(100) + poke_set(35, 1, 2) + write(10)
+    + COUNTS + write_no_grow(10) + poke_set(35, 0, 2) + write(10) + read(20),
+    "reclaimed_moved": elastic(0, 4) + write(20000) + poke_add(18, 5) + write(100)
+    + read(20100) + poke_add(18, -1) + reclaim(100, 10) + write(100) + read(100),
     "limit": elastic(0, 5) + set_limit(10000) + write(20000) + write(20000) + COUNTS + set_limit(0)
     + read(9000) + COUNTS + write(100) + set_limit(0xFFFFFF) + write(60000) + COUNTS,
 }

@@ -42,6 +42,28 @@ static inline int ring_use_of(pid_t pid, struct ring_use *u)
     return 0;
 }
 
+/* The shared memory (Rss, bytes) of the largest of PID's rings, or -1: an
+ * average over many rings would hide one that never gives its pages back. */
+static inline long ring_largest_of(pid_t pid)
+{
+    char path[64], line[512];
+    snprintf(path, sizeof(path), "/proc/%d/smaps", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    int in_ring = 0;
+    long kb, most = 0;
+    unsigned long from, to;
+    while (fgets(line, sizeof(line), f)) {
+        if (sscanf(line, "%lx-%lx ", &from, &to) == 2)
+            in_ring = strstr(line, "vsocket-ring") != NULL;
+        else if (in_ring && sscanf(line, "Rss: %ld kB", &kb) == 1 && kb * 1024 > most)
+            most = kb * 1024;
+    }
+    fclose(f);
+    return most;
+}
+
 /* Whether this run may use the shm transport (`vsocket run --transport=kernel`
  * says no). */
 static inline int shm_expected(void)

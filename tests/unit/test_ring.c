@@ -1,7 +1,9 @@
 /* test_ring.c - the shared-memory byte ring and its waits: data integrity
  * across wrap-around, threads and processes; partial writes, peek, end of
- * stream, EPIPE; timeouts, wake-ups, signals, peer death; and a hostile
- * peer: malformed regions refused at attach, wild cursors refused later. */
+ * stream, EPIPE; timeouts, wake-ups, signals, peer death; growth and both
+ * ends' reclaim (the consumer's handshake with the producer, issue 24); and
+ * a hostile peer: malformed regions refused at attach, wild cursors refused
+ * later. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -30,7 +32,7 @@
 #define RUNNING_ON_VALGRIND 0
 #endif
 
-/* The shared header's layout, version 2, as a peer sees it. */
+/* The shared header's layout, version 3, as a peer sees it. */
 #define OFF_MAGIC 0
 #define OFF_VERSION 4
 #define OFF_CAPACITY 8
@@ -38,12 +40,15 @@
 #define OFF_WINDOW 24
 #define OFF_RCV 32
 #define OFF_HEAD 64
+#define OFF_WRITING 76 /* uint32: the producer's half of the reclaim handshake */
 #define OFF_EPOCHS 80
 #define OFF_TAIL 128
-#define OFF_TABLE 320 /* VS_RING_EPOCHS entries of {seq, start, off, size} */
+#define OFF_RECLAIMING 140 /* uint32: the consumer's half (odd: reclaiming) */
+#define OFF_RECLAIMED 144  /* the consumer's reclaims */
+#define OFF_TABLE 320      /* VS_RING_EPOCHS entries of {seq, start, off, size} */
 #define HDR 4096
 #define MAGIC 0x67727376u
-#define VERSION 2
+#define VERSION 3
 
 /* Streams are cut short at this many seconds, whatever their volume. */
 #define STREAM_SECONDS 6
@@ -992,6 +997,276 @@ static void test_reclaim(void)
 
 static void scribble(struct vs_ring *r, size_t off, uint64_t v);
 
+static void scribble32(struct vs_ring *r, size_t off, uint32_t v)
+{
+    memcpy((unsigned char *)r->sh + off, &v, 4);
+}
+
+static uint32_t peek32(const struct vs_ring *r, size_t off)
+{
+    uint32_t v;
+    memcpy(&v, (const unsigned char *)r->sh + off, 4);
+    return v;
+}
+
+/* A pair whose stream grew the ring to 2 MiB and was read to the end. */
+static int grown_pair(struct vs_ring *p, struct vs_ring *c, uint64_t *sent)
+{
+    if (pair_sized(p, c, vs_ring_size_for(64 << 10, 4 << 20, 0)) != 0)
+        return -1;
+    *sent = 0;
+    if (!through(p, c, sent, 2 << 20)) {
+        vs_ring_destroy(c);
+        vs_ring_destroy(p);
+        return -1;
+    }
+    return 0;
+}
+
+/* Issue 24: the consumer gives every data page back once the ring is empty
+ * and its head has not moved for IDLE, without the producer calling; not
+ * while bytes are unread, not before IDLE, not twice for nothing. The
+ * producer then goes on from the window, intact, and learns of it. */
+static void test_reclaim_consumed(void)
+{
+    const long idle = 100000000L, t0 = 1000000000L;
+    struct vs_ring p, c;
+    uint64_t sent;
+    if (grown_pair(&p, &c, &sent) != 0) {
+        CHECK(0);
+        return;
+    }
+    uint64_t span = c.capacity;
+    long all = resident(&c, 0, span);
+    CHECK(all >= (2 << 20) / 4096);
+    CHECK(p.warm > 0);
+    CHECK(!vs_ring_reclaim_consumed(&p, t0, 0)); /* the producer's end: not this */
+    /* Unread bytes are wanted however long they wait. */
+    unsigned char small[3000], out[3000], scratch[3000];
+    fill(small, sent, sizeof(small));
+    CHECK_EQ(write1(&p, small, sizeof(small)), sizeof(small));
+    CHECK(!vs_ring_reclaim_consumed(&c, t0, idle));
+    CHECK(!vs_ring_reclaim_consumed(&c, t0 + 10 * idle, idle));
+    CHECK_EQ(resident(&c, 0, span), all);
+    CHECK_EQ(read1(&c, out, sizeof(out), 0), sizeof(out));
+    CHECK(verify(out, sent, sizeof(out), scratch));
+    sent += sizeof(out);
+    /* Empty: IDLE after the head last moved, and not before. */
+    long t1 = t0 + 20 * idle;
+    CHECK(through(&p, &c, &sent, 1000));
+    CHECK(!vs_ring_reclaim_consumed(&c, t1, idle));
+    CHECK(!vs_ring_reclaim_consumed(&c, t1 + idle - 1, idle));
+    CHECK_EQ(resident(&c, 0, span), all);
+    CHECK(vs_ring_reclaim_consumed(&c, t1 + idle, idle));
+    CHECK_EQ(resident(&c, 0, span), 0);
+    CHECK_EQ(resident(&p, 0, span), 0);
+    CHECK_EQ(peek64(&c, OFF_RECLAIMED), 1);
+    CHECK_EQ(peek32(&c, OFF_RECLAIMING) & 1, 0);
+    CHECK(!vs_ring_reclaim_consumed(&c, t1 + 5 * idle, idle)); /* clean: nothing to do */
+    /* The producer knows once it looks: its own reclaim has nothing left. */
+    CHECK(!vs_ring_reclaim(&p, t1 + 5 * idle, idle));
+    CHECK_EQ(p.warm, 0);
+    /* It goes on in the window, every byte intact, and climbs again. */
+    CHECK(through(&p, &c, &sent, 1000));
+    CHECK_EQ(p.level, 0);
+    CHECK(resident(&c, 0, span) >= 1 && resident(&c, 0, span) <= 2); /* 1000 bytes: 1 or 2 pages */
+    CHECK(through(&p, &c, &sent, 3 << 20));
+    CHECK(p.level > 0);
+    vs_ring_destroy(&c);
+    vs_ring_destroy(&p);
+}
+
+/* The handshake's orderings, with the other side's word set by hand (as
+ * its process would have it): a write in flight (or a writer that died in
+ * one) keeps the pages and never makes the consumer wait; a reclaim in
+ * flight makes a write say -EAGAIN and the ring unwritable, publishing
+ * nothing; each side's word is back to 0 after its own call. */
+static void test_reclaim_handshake(void)
+{
+    const long idle = 100000000L, t0 = 1000000000L;
+    struct vs_ring p, c;
+    uint64_t sent;
+    if (grown_pair(&p, &c, &sent) != 0) {
+        CHECK(0);
+        return;
+    }
+    uint64_t span = c.capacity;
+    long all = resident(&c, 0, span);
+    /* The producer is mid-write, or died in one. Each handshake still
+     * moves the space mark: a write it refused gets an edge-triggered
+     * EPOLLOUT when it ends, though no byte was read. */
+    scribble32(&c, OFF_WRITING, 1);
+    CHECK(!vs_ring_reclaim_consumed(&c, t0, idle));
+    for (int i = 1; i <= 3; i++) {
+        uint64_t mark = vs_ring_space_mark(&p);
+        CHECK(vs_ring_reclaim_consumed(&c, t0 + i * idle, idle));
+        CHECK(vs_ring_space_mark(&p) != mark);
+    }
+    CHECK_EQ(resident(&c, 0, span), all);
+    CHECK_EQ(peek64(&c, OFF_RECLAIMED), 0);
+    CHECK_EQ(peek32(&c, OFF_RECLAIMING) & 1, 0);
+    CHECK_EQ(peek32(&c, OFF_WRITING), 1);
+    /* The consumer is mid-reclaim (or died in one): no write, no room. */
+    scribble32(&c, OFF_WRITING, 0);
+    scribble32(&c, OFF_RECLAIMING, 1);
+    unsigned char small[3000], out[3000], scratch[3000];
+    fill(small, sent, sizeof(small));
+    uint64_t head = peek64(&c, OFF_HEAD);
+    CHECK_EQ(write1(&p, small, sizeof(small)), -EAGAIN);
+    CHECK_EQ(vs_ring_writable(&p), 0);
+    CHECK_EQ(peek64(&c, OFF_HEAD), head);
+    CHECK_EQ(peek32(&c, OFF_WRITING), 0);
+    /* It is done: the write goes through. */
+    scribble32(&c, OFF_RECLAIMING, 0);
+    CHECK(vs_ring_writable(&p) > 0);
+    CHECK_EQ(write1(&p, small, sizeof(small)), sizeof(small));
+    CHECK_EQ(peek32(&c, OFF_WRITING), 0);
+    CHECK_EQ(read1(&c, out, sizeof(out), 0), sizeof(out));
+    CHECK(verify(out, sent, sizeof(out), scratch));
+    sent += sizeof(out);
+    /* With neither in flight, the pages go. */
+    long t1 = t0 + 10 * idle;
+    CHECK(!vs_ring_reclaim_consumed(&c, t1, idle));
+    CHECK(vs_ring_reclaim_consumed(&c, t1 + idle, idle));
+    CHECK_EQ(resident(&c, 0, span), 0);
+    /* A hostile consumer's count moving while bytes are unread changes
+     * nothing the producer writes. */
+    fill(small, sent, sizeof(small));
+    CHECK_EQ(write1(&p, small, sizeof(small)), sizeof(small));
+    scribble(&c, OFF_RECLAIMED, 77);
+    fill(small, sent + sizeof(small), sizeof(small));
+    CHECK_EQ(write1(&p, small, sizeof(small)), sizeof(small));
+    CHECK_EQ(read1(&c, out, sizeof(out), 0), sizeof(out));
+    CHECK(verify(out, sent, sizeof(out), scratch));
+    CHECK_EQ(read1(&c, out, sizeof(out), 0), sizeof(out));
+    CHECK(verify(out, sent + sizeof(out), sizeof(out), scratch));
+    vs_ring_destroy(&c);
+    vs_ring_destroy(&p);
+}
+
+/* A producer asleep on space while the consumer reclaims (vs_ring_write
+ * said -EAGAIN) is woken when the reclaim ends. */
+struct space_waiter {
+    struct vs_ring *p;
+    const unsigned char *buf;
+    size_t len;
+    ssize_t got;
+};
+
+static void *wait_and_write(void *arg)
+{
+    struct space_waiter *w = arg;
+    struct vs_wait_opts opts = {0, 600 * 1000000000L, -1, 0}; /* only a hang hits it */
+    while ((w->got = write1(w->p, w->buf, w->len)) == -EAGAIN)
+        if (vs_ring_wait(w->p, &opts) < 0)
+            break;
+    return NULL;
+}
+
+static void test_reclaim_wakes_writer(void)
+{
+    const long idle = 100000000L, t0 = 1000000000L;
+    struct vs_ring p, c;
+    uint64_t sent;
+    if (grown_pair(&p, &c, &sent) != 0) {
+        CHECK(0);
+        return;
+    }
+    unsigned char small[3000], out[3000], scratch[3000];
+    fill(small, sent, sizeof(small));
+    CHECK(!vs_ring_reclaim_consumed(&c, t0, idle));
+    /* As if a reclaim had begun: the writer finds no room and sleeps;
+     * the real reclaim below ends it and must wake it. */
+    scribble32(&c, OFF_RECLAIMING, 1);
+    struct space_waiter w = {&p, small, sizeof(small), 0};
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, wait_and_write, &w), 0);
+    CHECK(vs_ring_reclaim_consumed(&c, t0 + idle, idle));
+    pthread_join(t, NULL);
+    CHECK_EQ(w.got, sizeof(small));
+    CHECK_EQ(read1(&c, out, sizeof(out), 0), sizeof(out));
+    CHECK(verify(out, sent, sizeof(out), scratch));
+    vs_ring_destroy(&c);
+    vs_ring_destroy(&p);
+}
+
+/* The two sides at once: a writer with pauses of every length, a reader
+ * that reclaims (with no idle time) whenever it emptied the ring. Without
+ * the handshake a punch lands between a write's copy and its publication
+ * and the reader gets zeros: every byte is checked. */
+struct racer {
+    struct vs_ring *r;
+    uint64_t bytes, limit;
+    long reclaims, refused;
+    int errors;
+};
+
+static void *race_writer(void *arg)
+{
+    struct racer *w = arg;
+    unsigned char buf[20000];
+    uint64_t rng = 0x1234567;
+    double t0 = now_s();
+    while (w->bytes < w->limit && now_s() - t0 < STREAM_SECONDS) {
+        size_t n = 1 + rng_next(&rng) % sizeof(buf);
+        fill(buf, w->bytes, n);
+        ssize_t k = write1(w->r, buf, n);
+        if (k > 0)
+            w->bytes += (uint64_t)k;
+        else if (k == -EAGAIN)
+            w->refused++;
+        else
+            w->errors++;
+        for (unsigned i = rng_next(&rng) % 2000; i > 0; i--)
+            __asm__ volatile("" ::: "memory");
+    }
+    vs_ring_close_writer(w->r, false);
+    return NULL;
+}
+
+static void test_reclaim_race(void)
+{
+    struct vs_ring p, c;
+    if (pair_sized(&p, &c, vs_ring_size_for(4096, 256 << 10, 0)) != 0) {
+        CHECK(0);
+        return;
+    }
+    struct racer w = {&p, 0, stream_bytes() / 8, 0, 0, 0};
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, race_writer, &w), 0);
+    unsigned char buf[65536], scratch[65536];
+    uint64_t got = 0;
+    long now = 0;
+    int bad = 0;
+    for (;;) {
+        ssize_t n = read1(&c, buf, sizeof(buf), 0);
+        if (n == 0)
+            break;
+        if (n > 0) {
+            if (!verify(buf, got, (size_t)n, scratch) && bad++ < 3)
+                fprintf(stderr, "reclaim race: wrong bytes in [%lu, %lu)\n", (unsigned long)got,
+                        (unsigned long)(got + (uint64_t)n));
+            got += (uint64_t)n;
+            continue;
+        }
+        CHECK_EQ(n, -EAGAIN);
+        if (n != -EAGAIN)
+            break;
+        /* Empty: reclaim at once (a clock that moves on, no idle time). */
+        if (vs_ring_reclaim_consumed(&c, ++now, 0))
+            w.reclaims++;
+    }
+    pthread_join(t, NULL);
+    printf("reclaim race: %lu bytes, %ld reclaims tried, %lu done, %ld writes found no room\n",
+           (unsigned long)got, w.reclaims, (unsigned long)peek64(&c, OFF_RECLAIMED), w.refused);
+    CHECK_EQ(bad, 0);
+    CHECK_EQ(w.errors, 0);
+    CHECK_EQ(got, w.bytes);
+    CHECK(w.reclaims > 0);
+    vs_ring_destroy(&c);
+    vs_ring_destroy(&p);
+}
+
 /* Epoch entry SLOT's fields, as the producer's peer sees them. */
 static void scribble_entry(struct vs_ring *r, unsigned slot, const uint64_t e[4])
 {
@@ -1170,6 +1445,10 @@ int main(void)
     test_grow_fill();
     test_grow_random();
     test_reclaim();
+    test_reclaim_consumed();
+    test_reclaim_handshake();
+    test_reclaim_wakes_writer();
+    test_reclaim_race();
     test_hostile_epochs();
     test_stream_threads();
     test_stream_processes();

@@ -78,7 +78,7 @@ static int sleep_on(struct vs_shm_conn *c, int fd, struct vs_ring *ring, short t
     if (n < 0)
         return err == EINTR ? -EINTR : 0;
     if (n == 0 && !interrupted)
-        vs_shm_idle(c); /* a quiet slice: memory may go back */
+        vs_shm_idle(c, ring); /* a quiet slice: memory may go back */
     if (n == 0 && tsp && !nap && !interrupted)
         return -ETIMEDOUT;
     if (n > 0 && p[0].revents)

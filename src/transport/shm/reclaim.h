@@ -4,6 +4,7 @@
 #define VSOCKET_SHM_RECLAIM_H
 
 #include "core/sock.h"
+#include "memory/ring.h"
 
 struct vs_shm_conn;
 
@@ -16,10 +17,13 @@ struct vs_shm_conn;
 #define VS_SHM_IDLE_NS 100000000L
 
 /* The program waits and C has been quiet for a while (a slice of a
- * blocking call, a nap of poll or epoll): give back what C's transmit ring
- * no longer needs, and now and then look at every connection of the
- * process, for those nobody waits on. May make system calls. */
-void vs_shm_idle(struct vs_shm_conn *c);
+ * blocking call, a nap of poll or epoll): give back what C's rings no
+ * longer need (the transmit ring as its producer, the receive ring as its
+ * consumer, whatever the peer's program does), and now and then look at
+ * every connection of the process, for those nobody waits on. May make
+ * system calls. HELD: C's ring whose side's lock the caller holds (a
+ * blocking call asleep on it), or NULL. */
+void vs_shm_idle(struct vs_shm_conn *c, const struct vs_ring *held);
 
 /* The same for socket S (transport.h: the idle operation). */
 void vs_shm_idle_sock(struct vs_sock *s);

@@ -349,7 +349,7 @@ uint64_t vs_shm_tx_mark(struct vs_sock *s)
 {
     struct vs_shm_conn *c = s->conn;
     return atomic_load(&c->tx_ready)
-               ? vs_ring_tail(&c->tx) + vs_ring_peer_closed(&c->tx) + vs_shm_peer_gone(c)
+               ? vs_ring_space_mark(&c->tx) + vs_ring_peer_closed(&c->tx) + vs_shm_peer_gone(c)
                : 0;
 }
 
