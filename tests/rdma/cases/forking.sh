@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# rdma-case-timeout: 600
 # Fork-per-connection servers (PostgreSQL, inetd-style daemons, Python's
 # socketserver.ForkingTCPServer): the parent accepts, forks, and closes its
 # copy while the child serves. The connection is young at the fork, so it
