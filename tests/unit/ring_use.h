@@ -12,10 +12,13 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 
-/* The rings PID maps, and the shared memory they hold (Rss, bytes). */
+/* The rings PID maps, the shared memory they hold (Rss, bytes), and the
+ * largest one's: an average over many rings would hide one that never gives
+ * its pages back. */
 struct ring_use {
     long rings;
     long rss;
+    long largest;
 };
 
 static inline int ring_use_of(pid_t pid, struct ring_use *u)
@@ -28,7 +31,7 @@ static inline int ring_use_of(pid_t pid, struct ring_use *u)
     int in_ring = 0;
     long kb;
     unsigned long from, to;
-    *u = (struct ring_use){0, 0};
+    *u = (struct ring_use){0, 0, 0};
     while (fgets(line, sizeof(line), f)) {
         /* A mapping's line starts with its address range, then its fields. */
         if (sscanf(line, "%lx-%lx ", &from, &to) == 2) {
@@ -36,32 +39,19 @@ static inline int ring_use_of(pid_t pid, struct ring_use *u)
             u->rings += in_ring;
         } else if (in_ring && sscanf(line, "Rss: %ld kB", &kb) == 1) {
             u->rss += kb * 1024;
+            if (kb * 1024 > u->largest)
+                u->largest = kb * 1024;
         }
     }
     fclose(f);
     return 0;
 }
 
-/* The shared memory (Rss, bytes) of the largest of PID's rings, or -1: an
- * average over many rings would hide one that never gives its pages back. */
+/* The shared memory (Rss, bytes) of the largest of PID's rings, or -1. */
 static inline long ring_largest_of(pid_t pid)
 {
-    char path[64], line[512];
-    snprintf(path, sizeof(path), "/proc/%d/smaps", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -1;
-    int in_ring = 0;
-    long kb, most = 0;
-    unsigned long from, to;
-    while (fgets(line, sizeof(line), f)) {
-        if (sscanf(line, "%lx-%lx ", &from, &to) == 2)
-            in_ring = strstr(line, "vsocket-ring") != NULL;
-        else if (in_ring && sscanf(line, "Rss: %ld kB", &kb) == 1 && kb * 1024 > most)
-            most = kb * 1024;
-    }
-    fclose(f);
-    return most;
+    struct ring_use u;
+    return ring_use_of(pid, &u) < 0 ? -1 : u.largest;
 }
 
 /* Whether this run may use the shm transport (`vsocket run --transport=kernel`

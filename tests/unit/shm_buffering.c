@@ -175,7 +175,7 @@ static int ping(int fd)
  * have switched their sending side to the ring. Without shm, 20 pings. */
 static int warm_up(int fd, long want)
 {
-    struct ring_use u = {0, 0};
+    struct ring_use u = {0, 0, 0};
     for (int i = 0; i < 6000; i++) {
         if (ping(fd) < 0)
             return -1;
@@ -263,7 +263,7 @@ static int run(const struct variant *v)
     size_t bytes = v->bytes ? v->bytes : kernel_holds(fds[0]);
     for (int i = 0; i < v->conns && !failed; i++)
         failed |= start_task(fds[i], v->mode, (unsigned)i, bytes) != 0;
-    struct ring_use u = {0, 0};
+    struct ring_use u = {0, 0, 0};
     if (!failed) {
         failed |= transfer(v, fds, bytes);
         ring_use_of(getpid(), &u);

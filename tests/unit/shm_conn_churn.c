@@ -357,7 +357,7 @@ static void final_check(struct peer *p)
 {
     int fds[FINAL];
     char what[64];
-    struct ring_use u = {0, 0};
+    struct ring_use u = {0, 0, 0};
     ring_use_of(getpid(), &u);
     if (shm_expected() && u.rings != 0)
         FAIL("%ld rings still mapped with every connection closed\n", u.rings);
