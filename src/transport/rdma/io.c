@@ -474,10 +474,14 @@ bool vs_rdma_wait_placed(struct vs_rdma_conn *c, long limit_ns)
 }
 
 /* Sends on RDMA what the peer's ring can take now, up to the whole of IOV
- * when blocking. Bytes sent, or -errno. (tx) */
+ * when blocking. Bytes sent, or -errno. *MORE: a blocking send stopped
+ * short only to let the caller decide (a full ring may mean leaving for
+ * TCP, which must start where RDMA stopped): the caller sends the rest, as
+ * the kernel's blocking send returns only once all of it is queued. (tx) */
 static ssize_t rdma_send(struct vs_rdma_conn *c, int fd, const struct iovec *iov, int cnt,
-                         int flags)
+                         int flags, bool *more)
 {
+    *more = false;
     int nonblock = -1;
     struct vs_blocking b = VS_BLOCKING(SO_SNDTIMEO);
     size_t total = 0, want = vs_iov_total(iov, (size_t)cnt);
@@ -511,8 +515,10 @@ static ssize_t rdma_send(struct vs_rdma_conn *c, int fd, const struct iovec *iov
         vs_rdma_stall(c, room == 0);
         if (room == 0) {
             vs_rdma_ask_credit(c);
-            if (total)
+            if (total) {
+                *more = !nonblocking(&nonblock, flags, fd);
                 break;
+            }
             /* Non-blocking writers too: a program that writes a lot before
              * it reads relies on the kernel's buffers however it waits. */
             if (vs_rdma_stalled(c) && vs_rdma_spill(c, fd, 0, NULL, 0) > 0)
@@ -542,8 +548,12 @@ static ssize_t rdma_send(struct vs_rdma_conn *c, int fd, const struct iovec *iov
         }
         if (rc == -EAGAIN) {
             /* The send queue is full: its completions free it. */
-            if (total || nonblocking(&nonblock, flags, fd))
+            if (nonblocking(&nonblock, flags, fd))
                 break;
+            if (total) {
+                *more = true;
+                break;
+            }
             int w = vs_rdma_wait(c, fd, 0, &b);
             int err = w < 0 ? vs_wait_failed(w, &b) : 0;
             if (err)
@@ -576,21 +586,33 @@ ssize_t vs_rdma_sendmsg(struct vs_sock *s, int fd, const struct msghdr *msg, int
     pthread_mutex_lock(&c->tx_lock);
     forked_io(c);
     maybe_switch(c);
+    /* REST: what is left of the message after the DONE bytes sent. */
+    size_t done = 0;
+    struct iovec win[msg->msg_iovlen ? msg->msg_iovlen : 1];
+    struct msghdr rest = *msg;
     ssize_t n;
     for (;;) {
+        rest.msg_iov = win;
+        rest.msg_iovlen = (size_t)vs_iov_window(msg->msg_iov, (int)msg->msg_iovlen, done,
+                                                VS_STREAM_NO_LIMIT, win);
         int rc = vs_rdma_answer_cut(c, fd, 0, NULL, 0);
         if (rc < 0) {
             n = rc;
             break;
         }
         if (!vs_stream_tx_on_transport(&c->st)) {
-            n = vs_stream_tcp_send(&c->st, fd, msg, flags);
+            n = vs_stream_tcp_send(&c->st, fd, &rest, flags);
             if (n > 0 && !vs_rdma_done(c))
-                vs_rdma_proof_sent(&c->proof, c->st.tcp_tx - (uint64_t)n, msg->msg_iov,
-                                   (int)msg->msg_iovlen, (size_t)n);
+                vs_rdma_proof_sent(&c->proof, c->st.tcp_tx - (uint64_t)n, rest.msg_iov,
+                                   (int)rest.msg_iovlen, (size_t)n);
             break;
         }
-        n = rdma_send(c, fd, msg->msg_iov, (int)msg->msg_iovlen, flags);
+        bool more;
+        n = rdma_send(c, fd, rest.msg_iov, (int)rest.msg_iovlen, flags, &more);
+        if (n > 0 && more) {
+            done += (size_t)n;
+            continue; /* blocking: the rest follows */
+        }
         if (n == -ESTALE)
             continue; /* the peer left RDMA: the rest goes on TCP */
         if (n == -EINPROGRESS) {
@@ -600,6 +622,9 @@ ssize_t vs_rdma_sendmsg(struct vs_sock *s, int fd, const struct msghdr *msg, int
         }
         break;
     }
+    /* Bytes sent before an error or a stop count (the kernel says so). */
+    if (done)
+        n = n > 0 ? n + (ssize_t)done : (ssize_t)done;
     pthread_mutex_unlock(&c->tx_lock);
     /* The peer's CUT came during the send: say so now, not at the next call. */
     if (atomic_load(&c->st.rx_reverted))
