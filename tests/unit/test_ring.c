@@ -1009,18 +1009,23 @@ static uint32_t peek32(const struct vs_ring *r, size_t off)
     return v;
 }
 
-/* A pair whose stream grew the ring to 2 MiB and was read to the end. */
-static int grown_pair(struct vs_ring *p, struct vs_ring *c, uint64_t *sent)
+/* The reclaim tests' idle time and first clock reading (ns). */
+#define RECLAIM_IDLE_NS 100000000L
+#define RECLAIM_T0_NS 1000000000L
+
+/* A pair whose stream grew the ring to 2 MiB and was read to the end;
+ * false (a failed check) when it could not be made. */
+static bool grown_pair(struct vs_ring *p, struct vs_ring *c, uint64_t *sent)
 {
-    if (pair_sized(p, c, vs_ring_size_for(64 << 10, 4 << 20, 0)) != 0)
-        return -1;
     *sent = 0;
-    if (!through(p, c, sent, 2 << 20)) {
+    bool ok = pair_sized(p, c, vs_ring_size_for(64 << 10, 4 << 20, 0)) == 0;
+    if (ok && !through(p, c, sent, 2 << 20)) {
         vs_ring_destroy(c);
         vs_ring_destroy(p);
-        return -1;
+        ok = false;
     }
-    return 0;
+    CHECK(ok);
+    return ok;
 }
 
 /* Issue 24: the consumer gives every data page back once the ring is empty
@@ -1029,13 +1034,11 @@ static int grown_pair(struct vs_ring *p, struct vs_ring *c, uint64_t *sent)
  * producer then goes on from the window, intact, and learns of it. */
 static void test_reclaim_consumed(void)
 {
-    const long idle = 100000000L, t0 = 1000000000L;
+    const long idle = RECLAIM_IDLE_NS, t0 = RECLAIM_T0_NS;
     struct vs_ring p, c;
     uint64_t sent;
-    if (grown_pair(&p, &c, &sent) != 0) {
-        CHECK(0);
+    if (!grown_pair(&p, &c, &sent))
         return;
-    }
     uint64_t span = c.capacity;
     long all = resident(&c, 0, span);
     CHECK(all >= (2 << 20) / 4096);
@@ -1083,13 +1086,11 @@ static void test_reclaim_consumed(void)
  * nothing; each side's word is back to 0 after its own call. */
 static void test_reclaim_handshake(void)
 {
-    const long idle = 100000000L, t0 = 1000000000L;
+    const long idle = RECLAIM_IDLE_NS, t0 = RECLAIM_T0_NS;
     struct vs_ring p, c;
     uint64_t sent;
-    if (grown_pair(&p, &c, &sent) != 0) {
-        CHECK(0);
+    if (!grown_pair(&p, &c, &sent))
         return;
-    }
     uint64_t span = c.capacity;
     long all = resident(&c, 0, span);
     /* The producer is mid-write, or died in one. Each handshake still
@@ -1165,13 +1166,11 @@ static void *wait_and_write(void *arg)
 
 static void test_reclaim_wakes_writer(void)
 {
-    const long idle = 100000000L, t0 = 1000000000L;
+    const long idle = RECLAIM_IDLE_NS, t0 = RECLAIM_T0_NS;
     struct vs_ring p, c;
     uint64_t sent;
-    if (grown_pair(&p, &c, &sent) != 0) {
-        CHECK(0);
+    if (!grown_pair(&p, &c, &sent))
         return;
-    }
     unsigned char small[3000], out[3000], scratch[3000];
     fill(small, sent, sizeof(small));
     CHECK(!vs_ring_reclaim_consumed(&c, t0, idle));
