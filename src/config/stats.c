@@ -46,6 +46,9 @@ static void program_name(char *out, size_t outlen)
     out[strcspn(out, "\n")] = '\0';
 }
 
+/* Our pid namespace's inode, in the file's name and header. */
+static uint32_t segment_pid_ns;
+
 static void fill_header(struct vs_stats_header *h, unsigned capacity)
 {
     h->version = VS_STATS_VERSION;
@@ -53,6 +56,7 @@ static void fill_header(struct vs_stats_header *h, unsigned capacity)
     h->record_size = sizeof(struct vs_stats_record);
     h->capacity = capacity;
     h->pid = getpid();
+    h->pid_ns = segment_pid_ns;
     h->start_ticks = vs_stats_proc_start_ticks(h->pid);
     program_name(h->comm, sizeof(h->comm));
     vs_config_format_transports(vs_config.transports, h->transports, sizeof(h->transports));
@@ -89,7 +93,9 @@ static int create_at(const char *path, size_t size)
  * cannot be: then a name with our uid too (`vsocket stat` reads both). */
 static int create_file(size_t size)
 {
-    vs_stats_path(vs_config.stats_dir, getpid(), segment_path, sizeof(segment_path));
+    segment_pid_ns = vs_stats_pid_ns(0);
+    vs_stats_path(vs_config.stats_dir, getpid(), segment_pid_ns, segment_path,
+                  sizeof(segment_path));
     int fd = create_at(segment_path, size);
     if (fd >= 0 || errno != EEXIST)
         return fd;

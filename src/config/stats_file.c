@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -26,9 +27,23 @@ uint64_t vs_stats_proc_start_ticks(pid_t pid)
     return p ? strtoull(p + 1, NULL, 10) : 0;
 }
 
-void vs_stats_path(const char *dir, pid_t pid, char *out, size_t outlen)
+uint32_t vs_stats_pid_ns(pid_t pid)
 {
-    snprintf(out, outlen, "%s/%s%d", dir, VS_STATS_FILE_PREFIX, (int)pid);
+    char path[64];
+    if (pid)
+        snprintf(path, sizeof(path), "/proc/%d/ns/pid", (int)pid);
+    else
+        snprintf(path, sizeof(path), "/proc/self/ns/pid");
+    struct stat st;
+    return stat(path, &st) == 0 ? (uint32_t)st.st_ino : 0;
+}
+
+void vs_stats_path(const char *dir, pid_t pid, uint32_t pid_ns, char *out, size_t outlen)
+{
+    if (pid_ns == 0 || pid_ns == VS_STATS_INIT_PID_NS)
+        snprintf(out, outlen, "%s/%s%d", dir, VS_STATS_FILE_PREFIX, (int)pid);
+    else
+        snprintf(out, outlen, "%s/%sns%u.%d", dir, VS_STATS_FILE_PREFIX, pid_ns, (int)pid);
 }
 
 const char *vs_stats_state_name(unsigned state)

@@ -1,8 +1,11 @@
 /* stats_format.h - layout of the per-process statistics segment.
  *
  * Each process that uses vsocket publishes one file, STATS_DIR/vsocket-stats.PID
- * (mode 0600), that `vsocket stat` maps read-only while the process runs. The
- * writer is libvsocket; this header is all the reader needs.
+ * (mode 0600), that `vsocket stat` maps read-only while the process runs. A
+ * process in a pid namespace of its own (a container) names its file
+ * vsocket-stats.nsINODE.PID: containers of one pod share /dev/shm, and each
+ * has its own pid 1. The writer is libvsocket; this header is all the reader
+ * needs.
  *
  * Consistency: the counters are independent 64-bit atomics. The other fields
  * of a record change rarely (connect, accept, close) and are guarded by a
@@ -60,8 +63,8 @@ struct vs_stats_header {
     uint32_t header_size;
     uint32_t record_size;
     uint32_t capacity;
-    int32_t pid;
-    uint32_t pad;
+    int32_t pid;          /* in the writer's pid namespace */
+    uint32_t pid_ns;      /* that namespace's inode (/proc/self/ns/pid); 0: unknown */
     uint64_t start_ticks; /* /proc/PID/stat start time: a reused pid differs */
     char comm[64];
     char transports[64];         /* the configured list */
@@ -73,8 +76,15 @@ struct vs_stats_header {
 /* Start time of process PID in clock ticks after boot, or 0. */
 uint64_t vs_stats_proc_start_ticks(pid_t pid);
 
-/* Writes the segment path of PID under DIR into OUT. */
-void vs_stats_path(const char *dir, pid_t pid, char *out, size_t outlen);
+/* The kernel's first pid namespace, the host's (PROC_PID_INIT_INO). */
+#define VS_STATS_INIT_PID_NS 0xEFFFFFFCu
+
+/* The inode of process PID's pid namespace (0: our own), or 0 when we may
+ * not look. */
+uint32_t vs_stats_pid_ns(pid_t pid);
+
+/* Writes the segment path of PID of pid namespace PID_NS under DIR into OUT. */
+void vs_stats_path(const char *dir, pid_t pid, uint32_t pid_ns, char *out, size_t outlen);
 
 const char *vs_stats_state_name(unsigned state);
 

@@ -29,6 +29,7 @@ struct stat_options {
 struct segment {
     const struct vs_stats_header *header;
     size_t size;
+    pid_t pid; /* the writer, numbered in our pid namespace */
 };
 
 static void usage(FILE *out)
@@ -85,8 +86,72 @@ static int parse(int argc, char **argv, struct stat_options *o)
     return 0;
 }
 
+/* The last number of the NSpid line of process PID: its pid in its own
+ * pid namespace. */
+static pid_t own_ns_pid(pid_t pid)
+{
+    char path[64], buf[4096];
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return 0;
+    pid_t last = 0;
+    while (fgets(buf, sizeof(buf), f)) {
+        if (strncmp(buf, "NSpid:", 6) != 0)
+            continue;
+        for (char *t = strtok(buf + 6, " \t\n"); t; t = strtok(NULL, " \t\n"))
+            last = (pid_t)atoi(t);
+        break;
+    }
+    fclose(f);
+    return last;
+}
+
+/* Our number for the process that is NS_PID in pid namespace NS, found in
+ * /proc; 0 when we do not see it (dead, or in a namespace beside ours). */
+static pid_t pid_in_our_ns(uint32_t ns, pid_t ns_pid)
+{
+    DIR *d = opendir("/proc");
+    if (!d)
+        return 0;
+    pid_t found = 0;
+    struct dirent *e;
+    while (!found && (e = readdir(d))) {
+        pid_t pid = (pid_t)atoi(e->d_name);
+        if (pid > 0 && vs_stats_pid_ns(pid) == ns && own_ns_pid(pid) == ns_pid)
+            found = pid;
+    }
+    closedir(d);
+    return found;
+}
+
+/* The writer of H as we number it (0: not seen). A writer in another pid
+ * namespace (a container) is found through /proc when its namespace is
+ * below ours. */
+static pid_t writer_pid(const struct vs_stats_header *h, bool *foreign)
+{
+    static uint32_t our_ns;
+    if (!our_ns)
+        our_ns = vs_stats_pid_ns(0);
+    *foreign = h->pid_ns && our_ns && h->pid_ns != our_ns;
+    return *foreign ? pid_in_our_ns(h->pid_ns, h->pid) : h->pid;
+}
+
+/* Removes PATH if it is still the file ST describes. The name may have
+ * been taken meanwhile by a new process of the same pid (a container's pid 1
+ * in a namespace whose inode the kernel reused): removing by name alone
+ * removed the live one's file (seen in test_pid_namespace.py). */
+static void unlink_if_same(const char *path, const struct stat *st)
+{
+    struct stat now;
+    if (lstat(path, &now) == 0 && now.st_ino == st->st_ino && now.st_dev == st->st_dev)
+        unlink(path);
+}
+
 /* Maps FILE (a name in O->dir) if it is a valid segment of a live process.
- * A file left by a process that died is removed when it is ours to remove. */
+ * A file left by a process that died is removed when it is ours to remove;
+ * one of another pid namespace whose writer we do not see only when we are
+ * the host's (then every namespace is below ours, and it died). */
 static int open_segment(const struct stat_options *o, const char *file, struct segment *seg)
 {
     char path[PATH_MAX];
@@ -124,15 +189,19 @@ static int open_segment(const struct stat_options *o, const char *file, struct s
         munmap(p, (size_t)st.st_size);
         return -1;
     }
-    bool alive = kill(h->pid, 0) == 0 || errno == EPERM;
-    if (!alive || vs_stats_proc_start_ticks(h->pid) != h->start_ticks) {
-        if (st.st_uid == getuid())
-            unlink(path);
+    bool foreign;
+    pid_t pid = writer_pid(h, &foreign);
+    bool alive = pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
+    if (!alive || vs_stats_proc_start_ticks(pid) != h->start_ticks) {
+        bool judged = !foreign || pid > 0 || vs_stats_pid_ns(0) == VS_STATS_INIT_PID_NS;
+        if (judged && st.st_uid == getuid())
+            unlink_if_same(path, &st);
         munmap(p, (size_t)st.st_size);
         return -1;
     }
     seg->header = h;
     seg->size = (size_t)st.st_size;
+    seg->pid = pid;
     return 0;
 }
 
@@ -195,8 +264,8 @@ static bool stalled(const struct vs_stats_record *r)
     return r->due_ns && now > r->due_ns && atomic_load(&r->use) == VS_REC_LIVE;
 }
 
-static void print_record(const struct stat_options *o, const struct vs_stats_header *h,
-                         const struct vs_stats_record *r, bool first)
+static void print_record(const struct stat_options *o, pid_t pid, const struct vs_stats_record *r,
+                         bool first)
 {
     char reason[sizeof(r->reason) + 16];
     snprintf(reason, sizeof(reason), "%.*s%s", (int)sizeof(r->reason), r->reason,
@@ -208,8 +277,8 @@ static void print_record(const struct stat_options *o, const struct vs_stats_hea
     unsigned long long tx = atomic_load(&r->tx_bytes), rx = atomic_load(&r->rx_bytes),
                        txm = atomic_load(&r->tx_msgs), rxm = atomic_load(&r->rx_msgs);
     if (!o->json) {
-        printf("%-7d %-4d %-4s %-10s %-24s %-24s %-9s %12llu %12llu %9llu %9llu %s\n", h->pid,
-               r->fd, proto_name(r), vs_stats_state_name(r->state), local[0] ? local : "-",
+        printf("%-7d %-4d %-4s %-10s %-24s %-24s %-9s %12llu %12llu %9llu %9llu %s\n", pid, r->fd,
+               proto_name(r), vs_stats_state_name(r->state), local[0] ? local : "-",
                peer[0] ? peer : "-", transport, tx, rx, txm, rxm, reason[0] ? reason : "-");
         return;
     }
@@ -226,7 +295,7 @@ static void print_segment(const struct stat_options *o, const struct segment *se
 {
     const struct vs_stats_header *h = seg->header;
     if (o->json) {
-        printf("%s{\"pid\":%d,\"comm\":", first ? "" : ",", h->pid);
+        printf("%s{\"pid\":%d,\"comm\":", first ? "" : ",", seg->pid);
         json_string(h->comm, sizeof(h->comm));
         printf(",\"transports\":");
         json_string(h->transports, sizeof(h->transports));
@@ -243,13 +312,13 @@ static void print_segment(const struct stat_options *o, const struct segment *se
             continue;
         struct vs_stats_record copy;
         read_record(&records[i], &copy);
-        print_record(o, h, &copy, first_record);
+        print_record(o, seg->pid, &copy, first_record);
         first_record = false;
     }
     if (o->json)
         printf("]}");
     else if (atomic_load(&h->untracked))
-        printf("%-7d (%llu more sockets not shown: raise VSOCKET_STATS_MAX)\n", h->pid,
+        printf("%-7d (%llu more sockets not shown: raise VSOCKET_STATS_MAX)\n", seg->pid,
                (unsigned long long)atomic_load(&h->untracked));
 }
 
@@ -273,11 +342,17 @@ static int show(const struct stat_options *o)
     while ((e = readdir(d))) {
         if (strncmp(e->d_name, VS_STATS_FILE_PREFIX, prefix) != 0)
             continue;
-        if (o->pid && atoi(e->d_name + prefix) != o->pid)
+        /* A container's file (nsINODE.PID) names a pid of its own. */
+        const char *num = e->d_name + prefix;
+        if (o->pid && strncmp(num, "ns", 2) != 0 && atoi(num) != o->pid)
             continue;
         struct segment seg;
         if (open_segment(o, e->d_name, &seg) < 0)
             continue;
+        if (o->pid && seg.pid != o->pid) {
+            munmap((void *)seg.header, seg.size);
+            continue;
+        }
         print_segment(o, &seg, count == 0);
         munmap((void *)seg.header, seg.size);
         count++;

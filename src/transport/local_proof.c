@@ -22,13 +22,28 @@ bool vs_local_peer_cred(int chan, struct ucred *cred)
            vs_config_peer_allowed(cred->uid);
 }
 
+/* Whether PID (as we number it) lives in our pid namespace. A peer in
+ * another one (a container of the same pod or host network) cannot find us
+ * under /proc: the kernel hands it pid 0 for us, or a number of its own. */
+static bool same_pid_ns(pid_t pid)
+{
+    char path[64], mine[64], theirs[64];
+    snprintf(path, sizeof(path), "/proc/%d/ns/pid", (int)pid);
+    ssize_t a = readlink("/proc/self/ns/pid", mine, sizeof(mine));
+    ssize_t b = pid > 0 ? readlink(path, theirs, sizeof(theirs)) : -1;
+    return a > 0 && a == b && memcmp(mine, theirs, (size_t)a) == 0;
+}
+
 /* Only a process that may look into our /proc/PID/fd (ours, or one with
- * ptrace read rights over us) can make such a descriptor. */
+ * ptrace read rights over us) can make such a descriptor. Sent to a peer
+ * that may not look into ours: another user's, or one in another pid
+ * namespace. */
 int vs_local_proof_fd(int chan, int fd)
 {
     struct ucred cred;
     socklen_t len = sizeof(cred);
-    if (vs_real.getsockopt(chan, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 || cred.uid == geteuid())
+    if (vs_real.getsockopt(chan, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 ||
+        (cred.uid == geteuid() && same_pid_ns(cred.pid)))
         return -1;
     char path[64];
     snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
@@ -49,11 +64,14 @@ static bool fd_is_real(pid_t pid, int fd)
 }
 
 /* Whether a failed look into /proc/PID/fd (ERR) means that we may not look
- * (another user's process; with hidepid, invisible), not that the peer
- * named a descriptor it does not have. A process of our own user never
- * gets the weaker proof below. */
+ * (another user's process; with hidepid, invisible; in a pid namespace we do
+ * not see, which the kernel reports as pid 0), not that the peer named a
+ * descriptor it does not have. A process of our own user that we can see
+ * never gets the weaker proof below. */
 static bool may_not_look(const struct ucred *cred, int err)
 {
+    if (cred->pid == 0)
+        return true;
     if (cred->uid == geteuid())
         return false;
     if (err == EACCES || err == EPERM)

@@ -15,15 +15,16 @@
  * word), if VSOCKET_SHM_PEERS lets its user share memory with us. */
 bool vs_local_peer_cred(int chan, struct ucred *cred);
 
-/* Our part of the proof for a peer of another user, who may not look into
- * our /proc/PID/fd: an O_PATH descriptor of our socket FD (the caller
- * closes it). -1 when the peer at the other end of CHAN is of our user. */
+/* Our part of the proof for a peer who may not look into our /proc/PID/fd
+ * (another user's, or in another pid namespace): an O_PATH descriptor of
+ * our socket FD (the caller closes it). -1 when the peer at the other end
+ * of CHAN is of our user and our pid namespace. */
 int vs_local_proof_fd(int chan, int fd);
 
 /* Whether the process at the other end of CHAN holds, under number FD_NO,
  * a real (not O_PATH) descriptor of the socket of inode WANT; when we may
- * not look into its /proc/PID/fd (another user), PROOF (an O_PATH
- * descriptor it sent, or -1) must be one of that socket. */
+ * not look into its /proc/PID/fd (another user, another pid namespace),
+ * PROOF (an O_PATH descriptor it sent, or -1) must be one of that socket. */
 bool vs_local_holds(int chan, uint64_t fd_no, int proof, uint64_t want);
 
 #endif

@@ -225,6 +225,12 @@ log=$(mktemp "${TMPDIR:-/tmp}/rdma-stage.XXXXXX")
 trap 'rm -f "$log"' EXIT
 start=$SECONDS
 total_passed=0 total_failed=0
+# Every case's FAIL line, repeated at the end: CI shows only the last lines.
+fail_lines=()
+collect_failures() {
+  local line
+  while IFS= read -r line; do fail_lines+=("$line"); done < <(grep -E '^(\[A\] )?FAIL ' "$log")
+}
 why_of() {
   case $1 in
     201) echo "qemu or another host tool is missing and could not be installed" ;;
@@ -251,6 +257,7 @@ if [ "${VSOCKET_RDMA_CROSS_ONLY:-0}" != 1 ]; then
     [ "$rc" = 0 ] || [ "$failed" -gt 0 ] || failed=$((failed + 1))
     total_passed=$((total_passed + passed)) total_failed=$((total_failed + failed))
   fi
+  collect_failures
   echo "RDMA stage phase 1 took $((SECONDS - start)) s"
 fi
 
@@ -292,8 +299,10 @@ for grp in "${groups[@]}"; do
     [ "$rc" = 0 ] || [ "$failed" -gt 0 ] || failed=$((failed + 1))
     total_passed=$((total_passed + passed)) total_failed=$((total_failed + failed))
   fi
+  collect_failures
   echo "RDMA stage phase 2 pair run $g took $((SECONDS - t)) s"
 done
 echo "RDMA stage took $((SECONDS - start)) s"
+for line in "${fail_lines[@]}"; do echo "rdma failure: $line"; done
 echo "rdma: $total_passed passed, $total_failed failed"
 [ "$total_failed" = 0 ]

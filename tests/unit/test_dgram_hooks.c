@@ -389,7 +389,7 @@ int main(void)
     test_data_path();
     test_real_table();
     char path[256];
-    vs_stats_path(dir, getpid(), path, sizeof(path));
+    vs_stats_path(dir, getpid(), vs_stats_pid_ns(0), path, sizeof(path));
     unlink(path);
     rmdir(dir);
     return check_finish("test_dgram_hooks");

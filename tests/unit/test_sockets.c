@@ -150,7 +150,7 @@ static void test_close_range(void)
 static int stats_file_exists(pid_t pid)
 {
     char path[256];
-    vs_stats_path(stats_dir, pid, path, sizeof(path));
+    vs_stats_path(stats_dir, pid, vs_stats_pid_ns(0), path, sizeof(path));
     return access(path, F_OK) == 0;
 }
 
@@ -173,7 +173,7 @@ static void test_fork(void)
     CHECK_EQ(waitpid(child, &status, 0), child);
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     char path[256];
-    vs_stats_path(stats_dir, child, path, sizeof(path));
+    vs_stats_path(stats_dir, child, vs_stats_pid_ns(0), path, sizeof(path));
     unlink(path);
     CHECK_EQ(r->tx_bytes, 0);
     char buf[8];
@@ -292,7 +292,7 @@ int main(void)
     test_concurrent_lookup_and_close();
     test_signal_handler_io();
     char path[256];
-    vs_stats_path(stats_dir, getpid(), path, sizeof(path));
+    vs_stats_path(stats_dir, getpid(), vs_stats_pid_ns(0), path, sizeof(path));
     unlink(path);
     rmdir(stats_dir);
     return check_finish("test_sockets");
