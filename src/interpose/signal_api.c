@@ -92,3 +92,29 @@ VS_EXPORT sighandler_t bsd_signal(int sig, sighandler_t handler)
 {
     return signal(sig, handler);
 }
+
+/* System V's sigset: a lasting handler, not restarting (glibc: flags 0),
+ * and the signal unblocked; SIG_HOLD blocks it instead. Either returns
+ * SIG_HOLD if the signal was blocked, else the handler it had. glibc makes
+ * it with its internal sigaction, so it is made here through ours. */
+VS_EXPORT sighandler_t sigset(int sig, sighandler_t disp)
+{
+    if (sig <= 0 || sig >= NSIG || disp == SIG_ERR) {
+        errno = EINVAL;
+        return SIG_ERR;
+    }
+    sigset_t one, was;
+    sigemptyset(&one);
+    sigaddset(&one, sig);
+    struct sigaction old;
+    if (disp == SIG_HOLD) {
+        if (sigaction(sig, NULL, &old) != 0 || sigprocmask(SIG_BLOCK, &one, &was) != 0)
+            return SIG_ERR;
+    } else {
+        struct sigaction act = {.sa_handler = disp, .sa_flags = 0};
+        sigemptyset(&act.sa_mask);
+        if (sigaction(sig, &act, &old) != 0 || sigprocmask(SIG_UNBLOCK, &one, &was) != 0)
+            return SIG_ERR;
+    }
+    return sigismember(&was, sig) ? SIG_HOLD : old.sa_handler;
+}

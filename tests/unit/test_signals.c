@@ -180,6 +180,31 @@ static void test_sysv_signal(void)
     CHECK(old.sa_handler == SIG_DFL); /* one-shot */
 }
 
+/* sigset: lasting and interrupting, through ours; SIG_HOLD blocks, and
+ * the next handler unblocks (the held signal then runs it). Deprecated,
+ * and still called by old programs. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+static void test_sigset(void)
+{
+    CHECK(sigset(SIGUSR1, on_plain) == SIG_DFL);
+    unsigned mark = vs_signals_mark();
+    raise(SIGUSR1);
+    CHECK(vs_signals_ran(mark));
+    struct sigaction old;
+    CHECK_EQ(sigaction(SIGUSR1, NULL, &old), 0);
+    CHECK(old.sa_handler == on_plain); /* not one-shot */
+    CHECK(!(old.sa_flags & SA_RESTART));
+    CHECK(sigset(SIGUSR1, SIG_HOLD) == on_plain);
+    mark = vs_signals_mark();
+    raise(SIGUSR1);
+    CHECK(!vs_signals_ran(mark)); /* held */
+    CHECK(sigset(SIGUSR1, on_plain) == SIG_HOLD);
+    CHECK(vs_signals_ran(mark)); /* delivered once unblocked */
+    CHECK(signal(SIGUSR1, SIG_DFL) == on_plain);
+}
+#pragma GCC diagnostic pop
+
 /* SA_SIGINFO handlers get the kernel's siginfo. */
 static void test_siginfo_passes(void)
 {
@@ -263,5 +288,6 @@ int main(void)
     test_ignore_with_siginfo();
     test_oneshot_reads_back();
     test_sysv_signal();
+    test_sigset();
     return check_finish("test_signals");
 }
