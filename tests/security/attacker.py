@@ -27,11 +27,33 @@ import os
 import socket
 import stat
 import struct
+import subprocess
 import sys
 import time
 
-MAGIC = 0x314B5356
-VERSION = 1
+
+
+def _ring_image() -> str:
+    """This build's ring_image (tests/security/ring_image.c), next to the
+    vsocket tool the suite runs ($VSOCKET), else in <repo>/build."""
+    tool = os.environ.get("VSOCKET") or os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "..", "build", "bin", "vsocket")
+    return os.path.join(os.path.dirname(os.path.abspath(tool)), "ring_image")
+
+
+def _ring_image_run(*args: str, fds: tuple = ()) -> dict:
+    r = subprocess.run([_ring_image(), *args], capture_output=True, text=True, timeout=60,
+                       pass_fds=fds)
+    if r.returncode != 0:
+        raise RuntimeError(f"ring_image {' '.join(args)}: exit {r.returncode}: {r.stderr.strip()}")
+    return json.loads(r.stdout)
+
+
+# The message magic and version of this build: with a stale version every
+# forged message is refused as malformed, before the check under attack.
+_BUILD = _ring_image_run("make", str(1 << 16))
+MAGIC = _BUILD["shm_magic"]
+VERSION = _BUILD["shm_version"]
 HELLO, HELLO_ACK, READY, DECLINE, SWITCH, WAKE, REVERT = range(1, 8)
 MSG = struct.Struct("<IHHQQ")
 O_PATH = getattr(os, "O_PATH", 0o10000000)
@@ -227,7 +249,7 @@ def attack(name: bytes, kind: str, timeout: float = 2.0, **kw) -> dict:
         elif kind == "bad-magic":
             res = _with_fds(name, msg(HELLO, magic=0x314B5357), [own_opath], timeout)
         elif kind == "bad-version":
-            res = _with_fds(name, msg(HELLO, version=2), [own_opath], timeout)
+            res = _with_fds(name, msg(HELLO, version=VERSION + 1), [own_opath], timeout)
         elif kind.startswith("type-"):  # a valid header of another type
             mtype = int(kind[5:])
             fds = [own_opath]
@@ -323,30 +345,33 @@ def forge_proof(local: tuple[str, int], remote: tuple[str, int], timeout: float 
     return opath(f"/proc/{pid}/fd/{fd}")
 
 
-RING_HEADER = 4096
 F_ADD_SEALS = getattr(fcntl, "F_ADD_SEALS", 1033)
 RING_SEALS = (getattr(fcntl, "F_SEAL_SEAL", 1) | getattr(fcntl, "F_SEAL_SHRINK", 2)
               | getattr(fcntl, "F_SEAL_GROW", 4))
 
 
 def make_ring(capacity: int = 1 << 16) -> int:
-    """A ring memfd as src/memory/ring.c lays it out ("vsrg", version 1,
-    data at 4096, sealed): what an attacker hands the connector in READY,
-    which makes it the connector's transmit ring."""
+    """A valid ring of this build (its header page made by ring_image, i.e.
+    by src/memory/ring.c), in a sealed memfd of our own: what an attacker
+    hands the connector in READY, which makes it the connector's transmit
+    ring."""
+    img = _ring_image_run("make", str(capacity))
+    header = bytes.fromhex(img["header"])
     fd = os.memfd_create("attacker-ring", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-    os.ftruncate(fd, RING_HEADER + capacity)
-    with mmap.mmap(fd, RING_HEADER) as m:
-        m[0:24] = struct.pack("<IIQQ", 0x67727376, 1, capacity, RING_HEADER)
+    os.ftruncate(fd, len(header) + img["span"])
+    os.pwrite(fd, header, 0)
     fcntl.fcntl(fd, F_ADD_SEALS, RING_SEALS)
     return fd
 
 
 def read_ring(fd: int, limit: int = 64) -> tuple[int, bytes]:
     """(bytes the producer ever published, the first LIMIT of them)."""
-    size = os.fstat(fd).st_size
-    with mmap.mmap(fd, size) as m:
-        (head,) = struct.unpack_from("<Q", m, 64)
-        return head, bytes(m[RING_HEADER:RING_HEADER + min(head, limit, size - RING_HEADER)])
+    os.set_inheritable(fd, True)
+    try:
+        got = _ring_image_run("read", str(fd), str(limit), fds=(fd,))
+    finally:
+        os.set_inheritable(fd, False)
+    return got["head"], bytes.fromhex(got["first"])
 
 
 def hold_and_forge(name: bytes, local: tuple[str, int], remote: tuple[str, int],

@@ -55,7 +55,7 @@ SAME_UID_ATTACKS = [
     ("garbage", "b: 24 random bytes"),
     ("garbage-long", "b: 4096 random bytes with a descriptor"),
     ("bad-magic", "b: HELLO with a wrong magic"),
-    ("bad-version", "b: HELLO of version 2"),
+    ("bad-version", "b: HELLO of the next protocol version"),
     ("oversized", "b: HELLO followed by 8 more bytes in the record"),
     ("empty", "b: a zero-length record"),
     # (c) truncated
