@@ -104,7 +104,13 @@ bool vs_local_holds(int chan, uint64_t fd_no, int proof, uint64_t want)
         if (sscanf(link, "socket:[%llu]", &ino) != 1)
             ino = 0;
     }
-    if (n < 0 && may_not_look(&cred, errno))
-        return proof_by_fd(proof, want);
+    if (n < 0) {
+        int err = errno;
+        if (may_not_look(&cred, err))
+            return proof_by_fd(proof, want);
+        errno = err;
+        return false;
+    }
+    errno = 0;
     return ino == want && fd_is_real(cred.pid, (int)fd_no);
 }

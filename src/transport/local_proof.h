@@ -24,7 +24,9 @@ int vs_local_proof_fd(int chan, int fd);
 /* Whether the process at the other end of CHAN holds, under number FD_NO,
  * a real (not O_PATH) descriptor of the socket of inode WANT; when we may
  * not look into its /proc/PID/fd (another user, another pid namespace),
- * PROOF (an O_PATH descriptor it sent, or -1) must be one of that socket. */
+ * PROOF (an O_PATH descriptor it sent, or -1) must be one of that socket.
+ * False with errno ENOENT when it has no descriptor of that number (any
+ * more: a peer that closed or exited while we looked). */
 bool vs_local_holds(int chan, uint64_t fd_no, int proof, uint64_t want);
 
 #endif
