@@ -2,7 +2,8 @@
 # The whole test suite, as CI runs it (`make test` calls this):
 #   1. install what is needed (Debian packages);
 #   2. release build: unit tests, tool and preload tests (ctest), then the
-#      compatibility suite (real programs under vsocket, pytest);
+#      compatibility suite (real programs under vsocket, pytest); the demo's
+#      build (Release) compiles too;
 #   3. the unit tests under valgrind;
 #   4. the fuzz gate: each libFuzzer target (built with clang in build/fuzz)
 #      replays its checked-in corpus and regression inputs, then runs a
@@ -70,6 +71,10 @@ cores_setup "$root/build/cores"
 # VSOCKET_FUZZ=ON: install-deps put clang and libFuzzer there, so a build
 # without the fuzz targets is an error, not a silent skip.
 stage build build build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVSOCKET_FUZZ=ON
+# The build `make demo` makes (scripts/demo.sh: Release, -O3): -O3 sees
+# warnings -O2 does not, and -Werror made the README's first command fail
+# on a fresh clone while every test passed.
+stage build-release build build-release -DCMAKE_BUILD_TYPE=Release
 stage ctest ctest --test-dir build --output-on-failure
 stage compat compat build
 stage valgrind ctest --test-dir build -L unit -T memcheck --output-on-failure

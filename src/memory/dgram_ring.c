@@ -85,6 +85,7 @@ int vs_dgram_put(struct vs_ring *r, const struct vs_dgram_meta *m, const struct 
  * (the writer closed and every record was read), -EPROTO. */
 static int peek_head(struct vs_ring *r, struct vs_dgram_meta *m)
 {
+    *m = (struct vs_dgram_meta){0};
     ssize_t avail = vs_ring_readable(r);
     if (avail < 0)
         return (int)avail;
