@@ -206,29 +206,9 @@ static bool stalled_for(struct vs_rdma_conn *c, long limit_ns)
     return now - placed > limit_ns;
 }
 
-/* Whether the peer may be a writer stalled on our ring (or on an offer we
- * hold), about to leave by itself. */
-static bool peer_may_leave(struct vs_rdma_conn *c)
-{
-    return atomic_load(&c->rx_head) - atomic_load(&c->rx_credited) >= c->rx_size ||
-           atomic_load(&c->peer_waits) || c->offer_count > 0;
-}
-
-/* How long a stall lasts before this end leaves. Two writers stalled on
- * each other wait for each other's reads: the deadlock the kernel's buffers
- * prevent, ended at the spill time. A peer not stalled on us is slow or busy
- * elsewhere (a starved host pauses a reader for hundreds of ms) and leaving
- * is for good, so it gets ONE_SIDED_FACTOR times longer. */
-#define ONE_SIDED_FACTOR 10
-
-static long spill_limit_ns(struct vs_rdma_conn *c)
-{
-    return peer_may_leave(c) ? spill_ns() : ONE_SIDED_FACTOR * spill_ns();
-}
-
 bool vs_rdma_stalled(struct vs_rdma_conn *c)
 {
-    return stalled_for(c, spill_limit_ns(c));
+    return stalled_for(c, spill_ns());
 }
 
 /* An offer goes only to a peer that said it sleeps in a read: it pulls the
@@ -240,8 +220,7 @@ bool vs_rdma_stalled(struct vs_rdma_conn *c)
 
 bool vs_rdma_offer_stalled(struct vs_rdma_conn *c)
 {
-    long limit = spill_limit_ns(c);
-    return stalled_for(c, limit > OFFER_SPILL_MIN_NS ? limit : OFFER_SPILL_MIN_NS);
+    return stalled_for(c, spill_ns() > OFFER_SPILL_MIN_NS ? spill_ns() : OFFER_SPILL_MIN_NS);
 }
 
 int vs_rdma_spill(struct vs_rdma_conn *c, int fd, uint64_t zpos, const void *zbuf, size_t zlen)
@@ -264,8 +243,8 @@ int vs_rdma_spill(struct vs_rdma_conn *c, int fd, uint64_t zpos, const void *zbu
         return 0;
     if (rc < 0)
         return rc;
-    vs_info("rdma: the peer has not read for %ld ms: the rest of this connection goes on TCP",
-            spill_limit_ns(c) / 1000000L);
+    vs_info("rdma: the peer has not read for %lu ms: the rest of this connection goes on TCP",
+            vs_config.rdma_spill_ms);
     /* Resent before the connection is marked gone: until then other
      * senders wait for the send lock instead of overtaking on TCP. */
     rc = resend(c, fd, from, zpos, zbuf, zlen);
@@ -354,6 +333,14 @@ int vs_rdma_settle(struct vs_rdma_conn *c, int fd)
             return 1;
         }
     }
+}
+
+/* Whether the peer may be a writer stalled on our ring (or on an offer we
+ * hold), about to leave by itself. */
+static bool peer_may_leave(struct vs_rdma_conn *c)
+{
+    return atomic_load(&c->rx_head) - atomic_load(&c->rx_credited) >= c->rx_size ||
+           atomic_load(&c->peer_waits) || c->offer_count > 0;
 }
 
 /* Settles before a process event: a crossing CUT comes within CROSS_NS,
