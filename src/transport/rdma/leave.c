@@ -339,8 +339,11 @@ int vs_rdma_settle(struct vs_rdma_conn *c, int fd)
  * hold), about to leave by itself. */
 static bool peer_may_leave(struct vs_rdma_conn *c)
 {
+    pthread_mutex_lock(&c->qp_lock);
+    bool offers = c->offer_count > 0;
+    pthread_mutex_unlock(&c->qp_lock);
     return atomic_load(&c->rx_head) - atomic_load(&c->rx_credited) >= c->rx_size ||
-           atomic_load(&c->peer_waits) || c->offer_count > 0;
+           atomic_load(&c->peer_waits) || offers;
 }
 
 /* Settles before a process event: a crossing CUT comes within CROSS_NS,

@@ -302,6 +302,12 @@ void vs_rdma_channel_drain(struct vs_rdma_conn *c)
 int vs_rdma_post_msg(struct vs_rdma_conn *c, const struct vs_rdma_msg *m)
 {
     pthread_mutex_lock(&c->qp_lock);
+    /* Room first: with the queue full, the slot below is the one of the
+     * oldest send, which the device may not have read yet. */
+    if (!sq_room(c, 1)) {
+        pthread_mutex_unlock(&c->qp_lock);
+        return -EAGAIN;
+    }
     /* A send slot is reused only after depth more sends, when the queue
      * cannot still hold the one that used it. */
     unsigned slot = c->depth + c->sq_posted % c->depth;
