@@ -31,6 +31,7 @@ const char *const vs_config_variables[] = {
     "VSOCKET_UPGRADE_AFTER_BYTES",
     "VSOCKET_SHM_PEERS",
     "VSOCKET_RDMA_RING",
+    "VSOCKET_RDMA_RING_MAX",
     "VSOCKET_RDMA_QP_DEPTH",
     "VSOCKET_RDMA_INLINE",
     "VSOCKET_RDMA_PEER_CACHE_S",
@@ -60,6 +61,7 @@ void vs_config_defaults(struct vs_config *c)
     c->upgrade_after_bytes = VS_UPGRADE_AFTER_BYTES_DEFAULT;
     c->peers = VS_PEERS_ANY;
     c->rdma_ring = VS_RDMA_RING_DEFAULT;
+    c->rdma_ring_max = VS_RDMA_RING_GROW_DEFAULT;
     c->rdma_qp_depth = VS_RDMA_QP_DEPTH_DEFAULT;
     c->rdma_inline = VS_RDMA_INLINE_DEFAULT;
     c->rdma_peer_cache_s = VS_RDMA_PEER_CACHE_S_DEFAULT;
@@ -343,17 +345,24 @@ static void load_shm(struct vs_config *c)
     load_peers(c);
 }
 
+/* A ring's offsets wrap by masking: its size is a power of two. */
+static void ring_pow2(const char *name, unsigned long *v)
+{
+    unsigned long pow2 = VS_RDMA_RING_MIN;
+    while (pow2 < *v)
+        pow2 <<= 1;
+    if (pow2 != *v) {
+        vs_warn("%s (%lu) is not a power of two: using %lu.", name, *v, pow2);
+        *v = pow2;
+    }
+}
+
 static void load_rdma(struct vs_config *c)
 {
     load_uint("VSOCKET_RDMA_RING", VS_RDMA_RING_MIN, VS_RDMA_RING_MAX, &c->rdma_ring);
-    /* The ring's offsets wrap by masking. */
-    unsigned long pow2 = VS_RDMA_RING_MIN;
-    while (pow2 < c->rdma_ring)
-        pow2 <<= 1;
-    if (pow2 != c->rdma_ring) {
-        vs_warn("VSOCKET_RDMA_RING (%lu) is not a power of two: using %lu.", c->rdma_ring, pow2);
-        c->rdma_ring = pow2;
-    }
+    ring_pow2("VSOCKET_RDMA_RING", &c->rdma_ring);
+    load_uint("VSOCKET_RDMA_RING_MAX", VS_RDMA_RING_MIN, VS_RDMA_RING_MAX, &c->rdma_ring_max);
+    ring_pow2("VSOCKET_RDMA_RING_MAX", &c->rdma_ring_max);
     load_uint("VSOCKET_RDMA_QP_DEPTH", VS_RDMA_QP_DEPTH_MIN, VS_RDMA_QP_DEPTH_MAX,
               &c->rdma_qp_depth);
     load_uint("VSOCKET_RDMA_INLINE", 0, VS_RDMA_INLINE_MAX, &c->rdma_inline);

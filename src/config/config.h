@@ -47,10 +47,14 @@ enum vs_peer_policy { VS_PEERS_ANY, VS_PEERS_SAME_UID, VS_PEERS_LIST };
  * requests per queue pair in each queue. INLINE: sends up to this size go
  * inline in the work request. PEER_CACHE_S: how long a destination that
  * did not answer the rendezvous is not asked again. Separate settings: the
- * ring sizes the buffering, the depth the messages in flight. */
+ * ring sizes the buffering, the depth the messages in flight.
+ * VSOCKET_RDMA_RING_MAX: how large a ring may grow while its reader keeps
+ * up and the ring is what limits the stream (transport/rdma/grow.c); at
+ * VSOCKET_RDMA_RING or below, rings never grow. */
 #define VS_RDMA_RING_DEFAULT (256ul << 10)
 #define VS_RDMA_RING_MIN (4ul << 10)
 #define VS_RDMA_RING_MAX (256ul << 20)
+#define VS_RDMA_RING_GROW_DEFAULT (4ul << 20)
 #define VS_RDMA_QP_DEPTH_DEFAULT 256ul
 #define VS_RDMA_QP_DEPTH_MIN 16ul
 #define VS_RDMA_QP_DEPTH_MAX 16384ul
@@ -92,6 +96,7 @@ struct vs_config {
     unsigned peer_uid_count;   /* VS_PEERS_LIST: our own uid is always allowed */
     unsigned peer_uids[VS_PEER_UIDS_MAX];
     unsigned long rdma_ring;         /* VSOCKET_RDMA_RING, bytes, a power of two */
+    unsigned long rdma_ring_max;     /* VSOCKET_RDMA_RING_MAX, a power of two */
     unsigned long rdma_qp_depth;     /* VSOCKET_RDMA_QP_DEPTH */
     unsigned long rdma_inline;       /* VSOCKET_RDMA_INLINE, bytes */
     unsigned long rdma_peer_cache_s; /* VSOCKET_RDMA_PEER_CACHE_S */

@@ -17,7 +17,9 @@
  *     made, without overwriting a byte not yet read; credit writes go to
  *     the peer's credit word and say how far we read; the send and receive
  *     queues never overflow; at most VS_RDMA_OFFERS offers and
- *     VS_RDMA_READS READs; the first SHUT's offset is the end kept;
+ *     VS_RDMA_READS READs; the first SHUT's offset is the end kept; a
+ *     GROW is answered with the ring granted or none; a move to another
+ *     ring (EPOCH, grow.c, whatever its fields) keeps these checks;
  *   - no ASan or UBSan report, no registration left at the end. */
 #include <arpa/inet.h>
 #include <stdlib.h>
@@ -111,8 +113,10 @@ static const struct sent_offer *offer_of(uint32_t rkey)
 static void check_read(const struct fake_wr *w)
 {
     struct vs_rdma_conn *c = m.c;
+    /* The ring as it is now: a move (EPOCH) may come in the same poll. */
     uintptr_t ring = (uintptr_t)c->rx.mem;
-    FZ_CHECK(w->len > 0 && w->local >= ring && w->local - ring + w->len <= m.size &&
+    uint64_t size = c->rx_size;
+    FZ_CHECK(w->len > 0 && w->local >= ring && w->local - ring + w->len <= size &&
                  w->lkey == c->rx.mr->lkey,
              "a READ of %u bytes at ring offset %ld", w->len, (long)(w->local - ring));
     const struct sent_offer *o = offer_of(w->rkey);
@@ -120,10 +124,10 @@ static void check_read(const struct fake_wr *w)
              "a READ of %u bytes at %#lx (rkey %#x) outside every offer", w->len,
              (unsigned long)w->remote, w->rkey);
     uint64_t at = o->pos + (w->remote - o->addr), tail = c->rx_tail;
-    FZ_CHECK((at & (m.size - 1)) == w->local - ring,
+    FZ_CHECK((at & (size - 1)) == w->local - ring,
              "a READ of stream bytes at %lu into ring offset %lu", (unsigned long)at,
              (unsigned long)(w->local - ring));
-    FZ_CHECK(!before(at, tail) && at + w->len - tail <= m.size,
+    FZ_CHECK(!before(at, tail) && at + w->len - tail <= size,
              "a READ of [%lu, +%u) with the tail at %lu overwrites bytes not read",
              (unsigned long)at, w->len, (unsigned long)tail);
 }
@@ -138,7 +142,24 @@ static void check_credit(const struct fake_wr *w)
              "a credit immediate of %#x", ntohl(w->imm));
 }
 
-/* fake.on_post: the receive side posts only READs and credit writes. */
+/* The answer to a GROW: the ring granted (registered, not the one we
+ * read), or none. */
+static void check_region(const struct fake_wr *w)
+{
+    struct vs_rdma_msg msg;
+    FZ_CHECK(w->len == sizeof(msg), "a message of %u bytes", w->len);
+    memcpy(&msg, (const void *)(uintptr_t)w->local, sizeof(msg));
+    FZ_CHECK(msg.type == VS_RDMA_MSG_REGION, "the receive side sent message %u", msg.type);
+    const struct vs_rdma_area *g = &m.c->rx_granted;
+    FZ_CHECK(msg.b == 0 || (g->mr && msg.a == (uintptr_t)g->mem && msg.b == g->size &&
+                            msg.rkey == g->mr->rkey && g->mem != m.c->rx.mem &&
+                            msg.b <= vs_config.rdma_ring_max),
+             "REGION {%#lx, %lu} is not the ring granted", (unsigned long)msg.a,
+             (unsigned long)msg.b);
+}
+
+/* fake.on_post: the receive side posts only READs, credit writes and
+ * answers to GROW. */
 static void check_post(const struct fake_wr *w)
 {
     FZ_TRACE("  post %d: %u bytes, remote %#lx rkey %#x%s\n", w->opcode, w->len,
@@ -147,6 +168,8 @@ static void check_post(const struct fake_wr *w)
         check_read(w);
     else if (w->opcode == IBV_WR_RDMA_WRITE || w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
         check_credit(w);
+    else if (w->opcode == IBV_WR_SEND)
+        check_region(w);
     else
         FZ_FAIL("the receive side posted a work request of opcode %d", w->opcode);
 }
@@ -215,9 +238,9 @@ static void peer_write(struct fz_in *in)
 }
 
 static const uint16_t msg_types[] = {
-    VS_RDMA_MSG_PROOF, VS_RDMA_MSG_RING,    VS_RDMA_MSG_SWITCH,
-    VS_RDMA_MSG_SHUT,  VS_RDMA_MSG_REVERT,  VS_RDMA_MSG_CREDIT_REQ,
-    VS_RDMA_MSG_OFFER, VS_RDMA_MSG_RX_WAIT, VS_RDMA_MSG_CUT,
+    VS_RDMA_MSG_PROOF,  VS_RDMA_MSG_RING,       VS_RDMA_MSG_SWITCH, VS_RDMA_MSG_SHUT,
+    VS_RDMA_MSG_REVERT, VS_RDMA_MSG_CREDIT_REQ, VS_RDMA_MSG_OFFER,  VS_RDMA_MSG_RX_WAIT,
+    VS_RDMA_MSG_CUT,    VS_RDMA_MSG_GROW,       VS_RDMA_MSG_REGION, VS_RDMA_MSG_EPOCH,
 };
 
 #define N_TYPES (sizeof(msg_types) / sizeof(msg_types[0]))
@@ -244,6 +267,13 @@ static void read_msg(struct vs_rdma_msg *msg, uint8_t mode, struct fz_in *in)
         msg->a = fz_stated(m.credit, mode, in);
         break;
     case VS_RDMA_MSG_RX_WAIT:
+        break;
+    case VS_RDMA_MSG_GROW: /* a ring size: a power of two, or not */
+        msg->a = mode & 1 ? fz_u64(in) : 1ull << (fz_u8(in) % 48);
+        break;
+    case VS_RDMA_MSG_EPOCH: /* a move at the head, into a ring granted or not */
+        msg->a = fz_stated(m.written, mode, in);
+        msg->b = mode & 0x40 ? fz_u64(in) : 1ull << (fz_u8(in) % 48);
         break;
     default: /* SWITCH (fuzz_stream's concern), PROOF and RING after the
               * set-up, REVERT (version 2), unknown */
@@ -400,8 +430,10 @@ static void reader(struct fz_in *in)
     struct vs_rdma_conn *c = m.c;
     uint8_t mode = fz_u8(in);
     uint64_t want = fz_le(in, 3);
-    if (mode & 1)
+    if (mode & 1) {
         vs_rdma_poll(c);
+        m.size = c->rx_size; /* a move (EPOCH) changes the geometry */
+    }
     uint64_t avail = vs_rdma_rx_avail(c), tail = c->rx_tail;
     FZ_TRACE("reader: %lu readable at %lu\n", (unsigned long)avail, (unsigned long)tail);
     FZ_CHECK(avail <= m.size, "%lu bytes readable from a ring of %lu", (unsigned long)avail,
@@ -459,6 +491,8 @@ static void step(struct fz_in *in)
         adapter_recv_failed();
         break;
     }
+    /* A move to another ring (EPOCH, grow.c) changes the geometry. */
+    m.size = m.c->rx_size;
     check_conn();
 }
 
@@ -468,7 +502,8 @@ static struct vs_rdma_conn *connect_fake(struct fz_in *in)
 {
     uint8_t g = fz_u8(in);
     fake_reset();
-    vs_config.rdma_ring = 4096ul << (g & 7) % 5; /* 4 .. 64 KiB */
+    vs_config.rdma_ring = 4096ul << (g & 7) % 5;       /* 4 .. 64 KiB */
+    vs_config.rdma_ring_max = vs_config.rdma_ring * 4; /* a GROW may be granted */
     vs_config.rdma_qp_depth = fake_depths[(g >> 3) & 7];
     vs_config.rdma_inline = g & 0x80 ? 0 : 128;
     vs_config.rdma_zcopy = 1u << 16;

@@ -481,6 +481,15 @@ void vs_rdma_on_msg(struct vs_rdma_conn *c, const struct vs_rdma_msg *m)
     case VS_RDMA_MSG_RX_WAIT:
         atomic_store(&c->peer_reading, true);
         break;
+    case VS_RDMA_MSG_GROW:
+        vs_rdma_on_grow(c, m);
+        break;
+    case VS_RDMA_MSG_REGION:
+        vs_rdma_on_region(c, m);
+        break;
+    case VS_RDMA_MSG_EPOCH:
+        vs_rdma_on_epoch(c, m);
+        break;
     default:
         atomic_store(&c->st.violated, true);
         break;

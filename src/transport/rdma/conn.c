@@ -151,6 +151,7 @@ static void forget_parents(struct vs_rdma_conn *c)
     memset(&c->tx, 0, sizeof(c->tx));
     memset(&c->msgs, 0, sizeof(c->msgs));
     memset(&c->credit, 0, sizeof(c->credit));
+    vs_rdma_grow_forget(c);
     c->id = c->listen_id = NULL;
     c->qp = NULL;
     c->pd = NULL;

@@ -120,6 +120,10 @@ struct vs_rdma_conn {
     _Atomic bool rx_unsettled;
     _Atomic bool rx_shut_known; /* the peer's SHUT arrived */
     uint64_t rx_shut_at;        /* stream end of the peer's transport data */
+    /* Growth (grow.c), all (qp_lock): the first ring, kept while a larger
+     * one is in use; a larger one granted to the peer, not yet written. */
+    struct vs_rdma_area rx_first, rx_granted;
+    _Atomic bool grant_open; /* the peer waits to move: credit every read */
 
     /* Send side: a copy of what the peer has not consumed (kept for a
      * revert), the peer's ring, and where the peer writes our credit. */
@@ -149,6 +153,28 @@ struct vs_rdma_conn {
     unsigned tx_stall_mark;         /* sends posted then: the clock waits for them (qp_lock) */
     long tx_placed_ns;              /* since when those are all placed, or 0 (qp_lock) */
     _Atomic bool tx_shut_sent;
+    /* Growth (grow.c), (tx) unless said: our first copy and where the
+     * peer's first ring is, kept while we write a larger one; the copy made
+     * for the ring asked for; the copy left, freed once the send queue
+     * went past EPOCH (its index). */
+    struct vs_rdma_area tx_first, tx_next, tx_old;
+    uint64_t peer_first_addr;
+    uint32_t peer_first_rkey;
+    uint64_t peer_first_size;
+    unsigned tx_old_idx;
+    bool grow_asked; /* GROW said, no REGION yet */
+    long grow_asked_ns, grow_again_ns;
+    uint64_t grow_mark; /* the peer's credit when the size last changed */
+    long tx_last_ns;    /* the end of the last send call, while grown */
+    bool shrink_wanted; /* paused while grown: back to the first ring */
+    /* The peer's REGION (qp_lock), taken by the sender: */
+    _Atomic bool region_in;
+    uint64_t region_addr, region_size;
+    uint32_t region_rkey;
+    /* Granted, not yet moved to: the size, or 0 (readiness reads it). */
+    _Atomic uint64_t tx_pending;
+    uint64_t pending_addr;
+    uint32_t pending_rkey;
     _Atomic bool broken;    /* a completion error: the QP is unusable */
     _Atomic bool peer_gone; /* rdma_cm said the peer disconnected */
 
@@ -231,6 +257,10 @@ void vs_rdma_conn_teardown(struct vs_rdma_conn *c);
 
 /* verbs.c: queue pair, CQ and registered memory of a connection. */
 int vs_rdma_verbs_setup(struct vs_rdma_conn *c, struct rdma_cm_id *id);
+/* An area of SIZE bytes registered with ACCESS in C's protection domain;
+ * 0 or -errno. */
+int vs_rdma_area_new(struct vs_rdma_conn *c, struct vs_rdma_area *a, size_t size, int access);
+void vs_rdma_area_free(struct vs_rdma_area *a);
 /* Registers the ring and credit word the peer may write (once its proof checked). */
 int vs_rdma_expose(struct vs_rdma_conn *c);
 /* The send copy, of c->tx_size (the peer's ring size). */
@@ -238,6 +268,10 @@ int vs_rdma_alloc_tx(struct vs_rdma_conn *c);
 void vs_rdma_verbs_teardown(struct vs_rdma_conn *c);
 /* Posts the message M (SEND). 0 or -errno. (takes qp_lock) */
 int vs_rdma_post_msg(struct vs_rdma_conn *c, const struct vs_rdma_msg *m);
+/* The same (qp_lock); *IDX: its index among the sends, when posted. */
+int vs_rdma_post_msg_locked(struct vs_rdma_conn *c, const struct vs_rdma_msg *m, unsigned *idx);
+/* Whether the send queue went past the send of index IDX. (qp_lock) */
+bool vs_rdma_sent_past(struct vs_rdma_conn *c, unsigned idx);
 /* Drains the CQ, acting on what arrived. (takes qp_lock) */
 void vs_rdma_poll(struct vs_rdma_conn *c);
 /* Arms the CQ's notification: the next completion rings the channel. */
@@ -297,6 +331,28 @@ int vs_rdma_settle(struct vs_rdma_conn *c, int fd);
 void vs_rdma_cut_in(struct vs_rdma_conn *c, const struct vs_rdma_msg *m);
 /* The credit word: how far the peer has consumed our data. */
 uint64_t vs_rdma_peer_tail(struct vs_rdma_conn *c);
+
+/* grow.c: rings that grow while the stream needs them, and shrink back. */
+/* Sender, before it looks for room: takes the peer's answer, moves to the
+ * ring granted (or back to the first after a pause) once the peer read
+ * everything, frees a copy left. Whether to ask the peer for its credit
+ * (a move waits for it). (tx) */
+bool vs_rdma_grow_step(struct vs_rdma_conn *c, bool call_start);
+/* A send call ends: a pause counts from here. (tx) */
+void vs_rdma_grow_sent(struct vs_rdma_conn *c);
+/* Sender, finding no room: asks for a larger ring if the reader keeps up
+ * (it consumed twice the ring since the size last changed). (tx) */
+void vs_rdma_grow_ask(struct vs_rdma_conn *c);
+/* Room for a send now: none while a move waits for the peer's credit. */
+uint64_t vs_rdma_tx_room(struct vs_rdma_conn *c);
+/* Receiver: the peer's GROW and EPOCH (qp_lock). */
+void vs_rdma_on_grow(struct vs_rdma_conn *c, const struct vs_rdma_msg *m);
+void vs_rdma_on_region(struct vs_rdma_conn *c, const struct vs_rdma_msg *m);
+void vs_rdma_on_epoch(struct vs_rdma_conn *c, const struct vs_rdma_msg *m);
+/* Frees the areas of growth (teardown, after the queue pair). */
+void vs_rdma_grow_teardown(struct vs_rdma_conn *c);
+/* fork, in the child: the parent's areas are not ours (not freed). */
+void vs_rdma_grow_forget(struct vs_rdma_conn *c);
 
 /* zcopy.c: large sends pulled by the receiver with RDMA READ. */
 /* Sender: sends LEN bytes at BUF by offering them, when worth it; the

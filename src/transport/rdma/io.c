@@ -45,10 +45,12 @@ bool vs_rdma_rx_eof(struct vs_rdma_conn *c)
  * ring has. */
 uint64_t vs_rdma_writable(struct vs_rdma_conn *c)
 {
-    if (!c->tx.mem)
-        return 0;
-    uint64_t unread = c->tx_head - vs_rdma_peer_tail(c);
-    return unread > c->tx_size ? 0 : c->tx_size - unread;
+    /* A move to a larger ring waits for the peer to read everything: then
+     * the next send moves and has all of it. */
+    uint64_t pending = atomic_load(&c->tx_pending);
+    if (pending && c->tx.mem)
+        return vs_rdma_peer_tail(c) == c->tx_head ? pending : 0;
+    return vs_rdma_tx_room(c);
 }
 
 /* A sender that waits for space asks once; if no answer came in
@@ -202,10 +204,14 @@ void vs_rdma_credit_read(struct vs_rdma_conn *c)
     vs_rdma_offers_consumed(c);
     uint64_t unsent = c->rx_tail - atomic_load(&c->rx_credited);
     pthread_mutex_lock(&c->qp_lock);
-    bool waits = atomic_load(&c->peer_waits) || c->offer_done;
+    /* A sender that moves to a larger ring waits for every byte credited. */
+    bool waits = atomic_load(&c->peer_waits) || c->offer_done || atomic_load(&c->grant_open);
     c->offer_done = false;
+    /* A grown ring read to its end is credited at once (a plain write):
+     * the sender moves back to the first ring only where all is read. */
+    bool drained = c->rx_first.mem && c->rx_tail == atomic_load(&c->rx_head);
     pthread_mutex_unlock(&c->qp_lock);
-    if (unsent == 0 || (unsent < c->rx_size / 4 && !waits))
+    if (unsent == 0 || (unsent < c->rx_size / 4 && !waits && !drained))
         return;
     send_credit(c, waits);
 }
@@ -214,17 +220,20 @@ void vs_rdma_credit_read(struct vs_rdma_conn *c)
 static size_t ring_read(struct vs_rdma_conn *c, const struct iovec *iov, int cnt, bool peek)
 {
     uint64_t avail = vs_rdma_readable(c);
+    /* After the head: the ring the bytes are in (grow.c moves rings). */
+    uint64_t size = __atomic_load_n(&c->rx_size, __ATOMIC_ACQUIRE);
+    char *ring = __atomic_load_n(&c->rx.mem, __ATOMIC_ACQUIRE);
     uint64_t pos = c->rx_tail;
     size_t done = 0;
     for (int i = 0; i < cnt && avail > 0; i++) {
         size_t want = iov[i].iov_len < avail ? iov[i].iov_len : (size_t)avail;
         size_t got = 0;
         while (got < want) {
-            uint64_t off = pos & (c->rx_size - 1);
+            uint64_t off = pos & (size - 1);
             size_t run = want - got;
-            if (run > c->rx_size - off)
-                run = (size_t)(c->rx_size - off);
-            memcpy((char *)iov[i].iov_base + got, (char *)c->rx.mem + off, run);
+            if (run > size - off)
+                run = (size_t)(size - off);
+            memcpy((char *)iov[i].iov_base + got, ring + off, run);
             got += run;
             pos += run;
         }
@@ -487,6 +496,7 @@ static ssize_t rdma_send(struct vs_rdma_conn *c, int fd, const struct iovec *iov
     size_t total = 0, want = vs_iov_total(iov, (size_t)cnt);
     int i = 0;
     size_t in_iov = 0;
+    bool first = true; /* a pause counts between calls, not in a wait */
     while (total < want) {
         /* A CUT the peer sent before it went counts first. */
         vs_rdma_poll(c);
@@ -510,10 +520,14 @@ static ssize_t rdma_send(struct vs_rdma_conn *c, int fd, const struct iovec *iov
                 continue;
             }
         }
-        uint64_t room = vs_rdma_writable(c);
+        if (vs_rdma_grow_step(c, first))
+            vs_rdma_ask_credit(c);
+        first = false;
+        uint64_t room = vs_rdma_tx_room(c);
         /* A stall is a peer that does not read, not a busy one. */
         vs_rdma_stall(c, room == 0);
         if (room == 0) {
+            vs_rdma_grow_ask(c);
             vs_rdma_ask_credit(c);
             if (total) {
                 *more = !nonblocking(&nonblock, flags, fd);
@@ -573,6 +587,7 @@ static ssize_t rdma_send(struct vs_rdma_conn *c, int fd, const struct iovec *iov
     bool waits = atomic_load(&c->peer_waits);
     if (unsent && (waits || unsent >= c->rx_size / 16))
         send_credit(c, waits);
+    vs_rdma_grow_sent(c);
     return total ? (ssize_t)total : -EAGAIN;
 }
 

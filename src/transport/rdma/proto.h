@@ -31,7 +31,9 @@
 #include "core/sha256.h"
 
 #define VS_RDMA_MAGIC 0x7673524du /* "vsRM" */
-#define VS_RDMA_VERSION 3
+/* 4: rings grow (GROW, REGION, EPOCH); a peer of another version stays on
+ * TCP. */
+#define VS_RDMA_VERSION 4
 
 /* Immediate data: the top bit tells a credit from a data write. */
 #define VS_RDMA_IMM_CREDIT 0x80000000u
@@ -50,6 +52,11 @@ enum vs_rdma_msg_type {
                              * transport data ends where you stopped reading (what you
                              * pulled or were written past it is void); TCP carries
                              * ours from b on: skip what you read past b */
+    VS_RDMA_MSG_GROW,       /* a: the ring size we would write into (grow.c) */
+    VS_RDMA_MSG_REGION,     /* its answer. a: address, b: size (0: declined), rkey */
+    VS_RDMA_MSG_EPOCH,      /* a: from this stream position (all before it credited),
+                             * our writes go into your ring of size b: the one you
+                             * granted last, or your first */
 };
 
 /* A message: fits the receive buffers (VS_RDMA_MSG_SIZE). */

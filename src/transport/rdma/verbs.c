@@ -52,6 +52,16 @@ static void area_free(struct vs_rdma_area *a)
     memset(a, 0, sizeof(*a));
 }
 
+int vs_rdma_area_new(struct vs_rdma_conn *c, struct vs_rdma_area *a, size_t size, int access)
+{
+    return area_new(a, c->pd, size, access);
+}
+
+void vs_rdma_area_free(struct vs_rdma_area *a)
+{
+    area_free(a);
+}
+
 static int post_recv(struct vs_rdma_conn *c, unsigned slot)
 {
     struct ibv_sge sge = {
@@ -136,6 +146,7 @@ void vs_rdma_verbs_teardown(struct vs_rdma_conn *c)
     area_free(&c->credit);
     area_free(&c->msgs);
     area_free(&c->tx);
+    vs_rdma_grow_teardown(c);
     if (c->pd) {
         ibv_dealloc_pd(c->pd);
         c->pd = NULL;
@@ -302,12 +313,22 @@ void vs_rdma_channel_drain(struct vs_rdma_conn *c)
 int vs_rdma_post_msg(struct vs_rdma_conn *c, const struct vs_rdma_msg *m)
 {
     pthread_mutex_lock(&c->qp_lock);
+    int rc = vs_rdma_post_msg_locked(c, m, NULL);
+    pthread_mutex_unlock(&c->qp_lock);
+    return rc;
+}
+
+bool vs_rdma_sent_past(struct vs_rdma_conn *c, unsigned idx)
+{
+    return (int)(c->sq_done - idx) >= 0;
+}
+
+int vs_rdma_post_msg_locked(struct vs_rdma_conn *c, const struct vs_rdma_msg *m, unsigned *idx)
+{
     /* Room first: with the queue full, the slot below is the one of the
      * oldest send, which the device may not have read yet. */
-    if (!sq_room(c, 1)) {
-        pthread_mutex_unlock(&c->qp_lock);
+    if (!sq_room(c, 1))
         return -EAGAIN;
-    }
     /* A send slot is reused only after depth more sends, when the queue
      * cannot still hold the one that used it. */
     unsigned slot = c->depth + c->sq_posted % c->depth;
@@ -317,11 +338,13 @@ int vs_rdma_post_msg(struct vs_rdma_conn *c, const struct vs_rdma_msg *m)
     struct ibv_send_wr wr = {.sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND};
     if (c->inline_max >= sizeof(*m))
         wr.send_flags = IBV_SEND_INLINE;
-    /* Close and leaving wait for these to complete: signalled. */
-    if (m->type == VS_RDMA_MSG_SHUT || m->type == VS_RDMA_MSG_CUT)
+    /* Close and leaving wait for these to complete, a move to another ring
+     * frees the copy before it once it did: signalled. */
+    if (m->type == VS_RDMA_MSG_SHUT || m->type == VS_RDMA_MSG_CUT || m->type == VS_RDMA_MSG_EPOCH)
         c->since_signal = SIGNAL_EVERY;
     int rc = post_send_locked(c, &wr);
-    pthread_mutex_unlock(&c->qp_lock);
+    if (rc == 0 && idx)
+        *idx = c->sq_posted;
     return rc;
 }
 
