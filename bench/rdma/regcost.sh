@@ -16,7 +16,9 @@
 #        default   VSOCKET_RDMA_RING 256 KiB, VSOCKET_RDMA_QP_DEPTH 256
 #        ring4k    ring 4 KiB (the least), depth 256: registered bytes shrink,
 #                  QP and CQ stay
-#        ring4k-d16 ring 4 KiB, depth 16: the queues' share shrinks too
+#        ring4k-d255, -d64, -d16: ring 4 KiB, depth 255 (rxe rounds a queue
+#                  of D work requests up to the power of two above D, so 256
+#                  takes 512 slots), 64, 16: the queues' share shrinks too
 #      The differences between them isolate the QP/CQ share from the rings.
 #
 # usage: bench/rdma/regcost.sh [--conns N] [--iterations N]
@@ -113,6 +115,10 @@ if [ "${1:-}" = --in-guest ]; then
       # the client's mappings that grew, by name (anonymous: [anon])
       awk '/^[0-9a-f]+-[0-9a-f]+ / { m = ($6 == "" ? "[anon]" : $6) } /^Rss:/ { r[m] += $2 } END { for (k in r) print r[k], k }' \
         "/proc/${PID[cc]}/smaps" | sort -rn | head -n 6 | awk -v n="$name" '{ printf "M %s client_maps %s %d\n", n, $2, $1 }'
+      # the client's uverbs mappings (one per QP send queue, receive queue,
+      # CQ) by size: how many of each
+      awk '/^[0-9a-f]+-[0-9a-f]+ / { u = ($6 ~ /uverbs/) } u && /^Size:/ { print $2 }' \
+        "/proc/${PID[cc]}/smaps" | sort -n | uniq -c | awk -v n="$name" '{ printf "M %s uverbs_map_kib %s count %d\n", n, $2, $1 }'
     else
       echo "N $name: a process died: $(tail -n 3 "$work/cc.out" "$work/cs.out" | tr '\n' ' ' | cut -c1-300)"
     fi
@@ -124,6 +130,8 @@ if [ "${1:-}" = --in-guest ]; then
     run_conns kernel
     run_conns default VSOCKET_RDMA_RING=262144 VSOCKET_RDMA_QP_DEPTH=256
     run_conns ring4k VSOCKET_RDMA_RING=4096 VSOCKET_RDMA_QP_DEPTH=256
+    run_conns ring4k-d255 VSOCKET_RDMA_RING=4096 VSOCKET_RDMA_QP_DEPTH=255
+    run_conns ring4k-d64 VSOCKET_RDMA_RING=4096 VSOCKET_RDMA_QP_DEPTH=64
     run_conns ring4k-d16 VSOCKET_RDMA_RING=4096 VSOCKET_RDMA_QP_DEPTH=16
   fi
   echo "---END---"
