@@ -21,8 +21,9 @@
 #                  takes 512 slots), 64, 16: the queues' share shrinks too
 #      The differences between them isolate the QP/CQ share from the rings.
 #
-# usage: bench/rdma/regcost.sh [--conns N] [--iterations N]
-# (N connections default 200; iterations default 100). Prints the raw lines
+# usage: bench/rdma/regcost.sh [--conns N] [--iterations N] [--configs LIST]
+# (N connections default 200, 0: none; iterations default 100, 0: no regcost;
+# LIST: comma list of the configurations above, default all). Prints the raw lines
 # and keeps them in <build>/bench-rdma/regcost-raw.txt; the figures are put in
 # bench/RESULTS.md by hand. env: VSOCKET_BUILD_DIR (default <repo>/build).
 set -euo pipefail
@@ -32,7 +33,7 @@ IP=10.77.0.1
 
 if [ "${1:-}" = --in-guest ]; then
   set +e
-  build=$2 conns_bin=$3 N=$4 ITER=$5
+  build=$2 conns_bin=$3 N=$4 ITER=$5 CONFIGS=$6
   lib=$build/lib/libvsocket.so
   tool=$build/bin/vsocket
   work=$(mktemp -d /tmp/regcost.XXXXXX)
@@ -41,8 +42,10 @@ if [ "${1:-}" = --in-guest ]; then
   ulimit -n 65536
   log() { echo "[$(date +%T)] $*" >&2; }
   echo "I guest=$(uname -r) vcpus=$(nproc) mem_mib=$(awk '/MemTotal/ {print int($2/1024)}' /proc/meminfo) memlock=$(ulimit -l)"
-  log "regcost -n $ITER"
-  "$build/bin/regcost" -n "$ITER" | sed 's/^/R /'
+  if [ "$ITER" -gt 0 ]; then
+    log "regcost -n $ITER"
+    "$build/bin/regcost" -n "$ITER" | sed 's/^/R /'
+  fi
 
   # mem PID: Pss Rss VmPin (KiB), Rss of the uverbs mappings (KiB), fds
   mem() {
@@ -71,10 +74,10 @@ if [ "${1:-}" = --in-guest ]; then
   onrdma() { "$tool" stat 2>/dev/null | awk -v p="$1" '$1 == p && $4 == "connected" && $7 == "rdma"' | wc -l; }
 
   run_conns() { # NAME [ENV...]: kernel when no ENV
-    local name=$1 port=$((7600 + RANDOM % 300)) pre i ok=0 t0
+    local name=$1 port=$((7600 + RANDOM % 300)) pre i ok=0 t0 last="" t_last=0
     shift
     if [ $# -gt 0 ]; then
-      pre=(env "LD_PRELOAD=$lib" VSOCKET_TRANSPORTS=rdma VSOCKET_UPGRADE_AFTER_US=0 "$@")
+      pre=(env "LD_PRELOAD=$lib" VSOCKET_TRANSPORTS=rdma VSOCKET_UPGRADE_AFTER_US=0 VSOCKET_LOG_LEVEL=info "$@")
     else
       pre=(env -u LD_PRELOAD)
     fi
@@ -100,6 +103,15 @@ if [ "${1:-}" = --in-guest ]; then
       nc=$(onrdma "${PID[cc]}") ns=$(onrdma "${PID[cs]}")
       log "  on rdma: client $nc, server $ns ($((SECONDS - t0)) s)"
       [ "$nc" -ge "$N" ] && [ "$ns" -ge "$N" ] && { ok=1; break; }
+      # No progress for 40 s: say what the others are doing, measure anyway.
+      if [ "$nc $ns" != "${last:-}" ]; then last="$nc $ns" t_last=$SECONDS
+      elif [ $((SECONDS - t_last)) -ge 40 ]; then
+        echo "N $name: stuck at client $nc, server $ns on rdma"
+        "$tool" stat 2>/dev/null | awk '{ k[$4 " " $7 " " $NF]++ } END { for (x in k) print "N   stat:", k[x], x }'
+        tail -n 3 "$work/cc.out" "$work/cs.out" | sed 's/^/N   /'
+        grep -ihE 'warn|error|fail' "$work/cc.out" "$work/cs.out" | sort | uniq -c | sort -rn | head -n 5 | sed 's/^/N   log: /' | cut -c1-240
+        break
+      fi
     done
     touch "$work/stop"
     for ((i = 0; i < 150; i++)); do grep -q '^holding' "$work/cc.out" && break; sleep 0.2; done
@@ -126,24 +138,30 @@ if [ "${1:-}" = --in-guest ]; then
     stop cs
     sleep 2
   }
+  declare -A CONF=(
+    [kernel]=""
+    [default]="VSOCKET_RDMA_RING=262144 VSOCKET_RDMA_QP_DEPTH=256"
+    [ring4k]="VSOCKET_RDMA_RING=4096 VSOCKET_RDMA_QP_DEPTH=256"
+    [ring4k-d255]="VSOCKET_RDMA_RING=4096 VSOCKET_RDMA_QP_DEPTH=255"
+    [ring4k-d64]="VSOCKET_RDMA_RING=4096 VSOCKET_RDMA_QP_DEPTH=64"
+    [ring4k-d16]="VSOCKET_RDMA_RING=4096 VSOCKET_RDMA_QP_DEPTH=16"
+  )
   if [ "$N" -gt 0 ]; then
-    run_conns kernel
-    run_conns default VSOCKET_RDMA_RING=262144 VSOCKET_RDMA_QP_DEPTH=256
-    run_conns ring4k VSOCKET_RDMA_RING=4096 VSOCKET_RDMA_QP_DEPTH=256
-    run_conns ring4k-d255 VSOCKET_RDMA_RING=4096 VSOCKET_RDMA_QP_DEPTH=255
-    run_conns ring4k-d64 VSOCKET_RDMA_RING=4096 VSOCKET_RDMA_QP_DEPTH=64
-    run_conns ring4k-d16 VSOCKET_RDMA_RING=4096 VSOCKET_RDMA_QP_DEPTH=16
+    IFS=, read -r -a confs <<<"$CONFIGS"
+    # shellcheck disable=SC2086  # the settings split into words
+    for c in "${confs[@]}"; do run_conns "$c" ${CONF[$c]}; done
   fi
   echo "---END---"
   rm -rf "$work"
   exit 0
 fi
 
-N=200 ITER=100
+N=200 ITER=100 CONFIGS=kernel,default,ring4k,ring4k-d255,ring4k-d64,ring4k-d16
 while [ $# -gt 0 ]; do
   case $1 in
     --conns) N=$2; shift ;;
     --iterations) ITER=$2; shift ;;
+    --configs) CONFIGS=$2; shift ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench/rdma/regcost.sh: unknown option $1" >&2; exit 2 ;;
   esac
@@ -155,5 +173,5 @@ cmake --build "$build" --target regcost vsocket vsocket_tool >/dev/null 2>&1 || 
 cc -O2 -Wall -o "$build/bench-rdma/conns" "$here/conns.c"
 out=$build/bench-rdma/regcost-raw.txt
 "$repo/tools/rdma-guest/run" --mem 3G --timeout "${VSOCKET_RDMA_BENCH_TIMEOUT:-1500}" -C "$repo" -- \
-  bash "$here/regcost.sh" --in-guest "$build" "$build/bench-rdma/conns" "$N" "$ITER" | tee "$out"
+  bash "$here/regcost.sh" --in-guest "$build" "$build/bench-rdma/conns" "$N" "$ITER" "$CONFIGS" | tee "$out"
 grep -q '^---END---' "$out" || { echo "bench/rdma/regcost.sh: the guest run did not end; raw output in $out" >&2; exit 1; }
