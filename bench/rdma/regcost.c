@@ -2,7 +2,7 @@
  * for the elastic ring's window and growth policy
  * (docs/design/rdma-elastic-ring.md, §2.1 and §7 step 0).
  *
- *   regcost [-d DEVICE] [-n ITERATIONS]
+ *   regcost [-d DEVICE] [-n ITERATIONS] [-T]
  *
  * DEVICE: the first device when not named. For each size (16 KiB … 16 MiB),
  * ITERATIONS (100) cycles in each of three ways a ring region may come and go:
@@ -16,7 +16,7 @@
  *   warm      one span kept mapped and its pages kept: reg/dereg only (a
  *             region kept registered-ready, pages resident);
  *   touch     no registration: mmap, memset (the "reg" column: faulting and
- *             zeroing the pages), munmap (the "dereg" column). A yardstick of
+ *             zeroing the pages), munmap (in "cycle" only). A yardstick of
  *             the machine's speed at what "fresh" registration mostly does,
  *             so figures from the emulated guest can be scaled to a host.
  *
@@ -24,6 +24,9 @@
  * (IBV_WR_BIND_MW posted on a connected loopback RC QP, waited for) and a
  * local invalidate (IBV_WR_LOCAL_INV, waited for), each timed; one RDMA WRITE
  * through the bound window from the other QP proves the bind was real.
+ *
+ * -T: the yardsticks only (a system call, mode "touch"), no device: on a host,
+ * to scale the guest's figures.
  *
  * Output: "key=value" lines; times in microseconds, median and p99 of the
  * ITERATIONS (p99 of 100 is the second largest). Access of every region:
@@ -116,6 +119,8 @@ static int cycles(struct ibv_pd *pd, int mode, size_t size, int iters, double *r
     return 0;
 }
 
+/* PD NULL: the touch yardstick only (no device needed: run it on a host to
+ * scale the guest's figures). */
 static int reg_costs(struct ibv_pd *pd, int iters)
 {
     double *reg = calloc((size_t)iters, sizeof(double));
@@ -126,7 +131,7 @@ static int reg_costs(struct ibv_pd *pd, int iters)
     printf("# mode size_kib reg_med reg_p99 dereg_med dereg_p99 cycle_med cycle_p99 (us)\n");
     int rc = 0;
     for (size_t s = 0; s < NSIZES && rc == 0; s++)
-        for (int m = 0; m < NMODES && rc == 0; m++) {
+        for (int m = pd ? 0 : MODE_TOUCH; m < NMODES && rc == 0; m++) {
             rc = cycles(pd, m, sizes[s], iters, reg, dereg, cycle);
             if (rc)
                 break;
@@ -370,14 +375,21 @@ static void syscall_cost(void)
 int main(int argc, char **argv)
 {
     const char *want = NULL;
-    int iters = 100, opt;
-    while ((opt = getopt(argc, argv, "d:n:")) != -1) {
+    int iters = 100, opt, touch_only = 0;
+    while ((opt = getopt(argc, argv, "d:n:T")) != -1) {
         if (opt == 'd')
             want = optarg;
+        else if (opt == 'T')
+            touch_only = 1;
         else if (opt == 'n' && atoi(optarg) > 0)
             iters = atoi(optarg);
         else
-            return fprintf(stderr, "usage: regcost [-d DEVICE] [-n ITERATIONS]\n"), 2;
+            return fprintf(stderr, "usage: regcost [-d DEVICE] [-n ITERATIONS] [-T]\n"), 2;
+    }
+    if (touch_only) {
+        printf("device=none iterations=%d page=%ld\n", iters, sysconf(_SC_PAGESIZE));
+        syscall_cost();
+        return reg_costs(NULL, iters) ? 1 : 0;
     }
     int n = 0;
     struct ibv_device **list = ibv_get_device_list(&n);
