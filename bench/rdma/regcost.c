@@ -28,6 +28,12 @@
  * -T: the yardsticks only (a system call, mode "touch"), no device: on a host,
  * to scale the guest's figures.
  *
+ * Then the queues: a CQ of 2 × D entries and an RC QP of depth D (send and
+ * receive, 1 SGE) for a few D and inline sizes: the KiB each adds to the
+ * process's uverbs mappings (rxe's queues) and the time to create them. And
+ * the kernel memory of a registration besides its pages: kmalloc growth per
+ * region while 200 × 16 KiB, 20 × 1 MiB, 10 × 4 MiB are registered (root).
+ *
  * Output: "key=value" lines; times in microseconds, median and p99 of the
  * ITERATIONS (p99 of 100 is the second largest). Access of every region:
  * LOCAL_WRITE | REMOTE_WRITE, as a receive ring's. */
@@ -357,6 +363,112 @@ static int mw_costs(struct ibv_context *ctx, struct ibv_pd *pd, int iters)
     return rc;
 }
 
+/* ------------------------------------------------------------ queues */
+
+/* KiB of this process's mappings of the uverbs device (rxe maps its QP
+ * and CQ queues into the process), or -1. */
+static long uverbs_kib(void)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f)
+        return -1;
+    char line[512];
+    long kib = 0, v;
+    unsigned long lo, hi;
+    int in = 0;
+    while (fgets(line, sizeof(line), f)) {
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2)
+            in = strstr(line, "uverbs") != NULL;
+        else if (in && sscanf(line, "Size: %ld kB", &v) == 1)
+            kib += v;
+    }
+    fclose(f);
+    return kib;
+}
+
+/* Bytes of the kmalloc slab caches (active objects × object size), or -1
+ * (no /proc/slabinfo: not root). Only kmalloc: rxe allocates its page maps
+ * there, while the other caches (dentries, inodes) shrink and grow with
+ * whatever else the system does. */
+static long long slab_bytes(void)
+{
+    FILE *f = fopen("/proc/slabinfo", "r");
+    if (!f)
+        return -1;
+    char line[512], name[128];
+    long long total = 0, active, num, size;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "%127s %lld %lld %lld", name, &active, &num, &size) == 4 &&
+            strncmp(name, "kmalloc-", 8) == 0)
+            total += active * size;
+    fclose(f);
+    return total;
+}
+
+/* What a QP's and a CQ's queues take, by depth and inline size: the CQ
+ * holds both queues' completions, as vsocket's share of a group's CQ. */
+static void queue_costs(struct ibv_context *ctx, struct ibv_pd *pd)
+{
+    static const unsigned depths[] = {16, 31, 63, 64, 255, 256};
+    static const unsigned inlines[] = {0, 64, 128};
+    printf("# queues: kib = the process's uverbs mappings (4 KiB header each)\n");
+    for (size_t i = 0; i < sizeof(depths) / sizeof(depths[0]); i++)
+        for (size_t j = 0; j < sizeof(inlines) / sizeof(inlines[0]); j++) {
+            unsigned d = depths[i];
+            long k0 = uverbs_kib();
+            double t0 = now_us();
+            struct ibv_cq *cq = ibv_create_cq(ctx, (int)(2 * d), NULL, NULL, 0);
+            double t1 = now_us();
+            long k1 = uverbs_kib();
+            struct ibv_qp_init_attr ia = {.send_cq = cq,
+                                          .recv_cq = cq,
+                                          .cap = {.max_send_wr = d,
+                                                  .max_recv_wr = d,
+                                                  .max_send_sge = 1,
+                                                  .max_recv_sge = 1,
+                                                  .max_inline_data = inlines[j]},
+                                          .qp_type = IBV_QPT_RC};
+            struct ibv_qp *qp = cq ? ibv_create_qp(pd, &ia) : NULL;
+            double t2 = now_us();
+            long k2 = uverbs_kib();
+            if (!qp) {
+                printf("queue depth=%u inline=%u failed=%s\n", d, inlines[j], strerror(errno));
+            } else {
+                printf("queue depth=%u inline=%u cq_entries=%u cq_kib=%ld qp_kib=%ld "
+                       "create_cq_us=%.0f create_qp_us=%.0f\n",
+                       d, inlines[j], 2 * d, k1 - k0, k2 - k1, t1 - t0, t2 - t1);
+                ibv_destroy_qp(qp);
+            }
+            if (cq)
+                ibv_destroy_cq(cq);
+        }
+}
+
+/* The kernel memory of a registration besides its pages (rxe's page map):
+ * slab growth while COUNT regions of SIZE are registered, per region. */
+static void mr_state(struct ibv_pd *pd, size_t size, int count)
+{
+    struct ibv_mr **mr = calloc((size_t)count, sizeof(*mr));
+    char *mem = map_span(size * (size_t)count);
+    if (!mr || !mem)
+        return;
+    long long s0 = slab_bytes();
+    int n = 0;
+    while (n < count && (mr[n] = ibv_reg_mr(pd, mem + (size_t)n * size, size, RING_ACCESS)))
+        n++;
+    long long s1 = slab_bytes();
+    for (int i = 0; i < n; i++)
+        ibv_dereg_mr(mr[i]);
+    if (s0 < 0 || n == 0)
+        printf("mrstate size_kib=%zu skipped=%s\n", size >> 10,
+               n ? "no /proc/slabinfo" : "reg failed");
+    else
+        printf("mrstate size_kib=%zu regions=%d kmalloc_bytes_per_region=%lld\n", size >> 10, n,
+               (s1 - s0) / n);
+    munmap(mem, size * (size_t)count);
+    free(mr);
+}
+
 /* A system call's cost here (getppid), the other yardstick: on rxe every
  * verb, including each post, is one. */
 static void syscall_cost(void)
@@ -410,6 +522,12 @@ int main(int argc, char **argv)
     int rc = reg_costs(pd, iters);
     if (rc == 0)
         rc = mw_costs(ctx, pd, iters);
+    if (rc == 0) {
+        queue_costs(ctx, pd);
+        mr_state(pd, 16 << 10, 200);
+        mr_state(pd, 1 << 20, 20);
+        mr_state(pd, 4 << 20, 10);
+    }
     ibv_dealloc_pd(pd);
     ibv_close_device(ctx);
     ibv_free_device_list(list);
