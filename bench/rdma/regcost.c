@@ -5,7 +5,8 @@
  *   regcost [-d DEVICE] [-n ITERATIONS] [-T]
  *
  * DEVICE: the first device when not named. For each size (16 KiB … 16 MiB),
- * ITERATIONS (100) cycles in each of three ways a ring region may come and go:
+ * ITERATIONS (100) cycles in each of four ways (three a ring region may come
+ * and go by, and a yardstick):
  *
  *   fresh     mmap + MADV_DONTFORK + ibv_reg_mr, then ibv_dereg_mr + munmap:
  *             what vsocket's area_new/area_free do today (the kernel faults
@@ -20,19 +21,20 @@
  *             the machine's speed at what "fresh" registration mostly does,
  *             so figures from the emulated guest can be scaled to a host.
  *
- * Then memory windows (type 2), if the device has them: ibv_alloc_mw, a bind
+ * Then memory windows (type 2), skipped with a line if the device refuses
+ * ibv_alloc_mw: ibv_alloc_mw, a bind
  * (IBV_WR_BIND_MW posted on a connected loopback RC QP, waited for) and a
  * local invalidate (IBV_WR_LOCAL_INV, waited for), each timed; one RDMA WRITE
  * through the bound window from the other QP proves the bind was real.
- *
- * -T: the yardsticks only (a system call, mode "touch"), no device: on a host,
- * to scale the guest's figures.
  *
  * Then the queues: a CQ of 2 × D entries and an RC QP of depth D (send and
  * receive, 1 SGE) for a few D and inline sizes: the KiB each adds to the
  * process's uverbs mappings (rxe's queues) and the time to create them. And
  * the kernel memory of a registration besides its pages: kmalloc growth per
  * region while 200 × 16 KiB, 20 × 1 MiB, 10 × 4 MiB are registered (root).
+ *
+ * -T: the yardsticks only (a system call, mode "touch"), no device: on a host,
+ * to scale the guest's figures.
  *
  * Output: "key=value" lines; times in microseconds, median and p99 of the
  * ITERATIONS (p99 of 100 is the second largest). Access of every region:

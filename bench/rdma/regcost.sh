@@ -4,7 +4,8 @@
 # guest run (tools/rdma-guest/run).
 #
 #   1. bench/rdma/regcost (regcost.c): ibv_reg_mr/ibv_dereg_mr of 16 KiB …
-#      16 MiB, fresh / free-list span / warm span, and type-2 memory windows;
+#      16 MiB, fresh / free-list span / warm span, type-2 memory windows, a
+#      QP's and a CQ's queue memory by depth and inline size;
 #   2. N connections (bench/rdma/conns.c, one client process, one server
 #      process) held idle, in several configurations, memory before and while
 #      held: per process Pss, Rss, VmPin, and the Rss of the rxe queue
