@@ -20,7 +20,8 @@
  *     VS_RDMA_READS READs; the first SHUT's offset is the end kept; a
  *     GROW is answered with the ring granted or none; a move to another
  *     ring (EPOCH, grow.c, whatever its fields) keeps these checks;
- *   - no ASan or UBSan report, no registration left at the end. */
+ *   - no ASan or UBSan report, no registration left at the end, no bytes
+ *     of growth still counted against the process's budget. */
 #include <arpa/inet.h>
 #include <stdlib.h>
 #include <string.h>
@@ -536,6 +537,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fake.on_post = NULL;
     vs_rdma_verbs_teardown(m.c);
     FZ_CHECK(fake_regions() == 0, "%u registrations left", fake_regions());
+    FZ_CHECK(vs_rdma_grown_bytes() == 0, "%lu bytes of growth still counted",
+             (unsigned long)vs_rdma_grown_bytes());
     FZ_CHECK(fake_mappings() == 0, "%u areas left", fake_mappings());
     free(m.c);
     return 0;

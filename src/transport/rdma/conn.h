@@ -123,7 +123,8 @@ struct vs_rdma_conn {
     /* Growth (grow.c), all (qp_lock): the first ring, kept while a larger
      * one is in use; a larger one granted to the peer, not yet written. */
     struct vs_rdma_area rx_first, rx_granted;
-    _Atomic bool grant_open; /* the peer waits to move: credit every read */
+    _Atomic bool grant_open; /* the peer may wait to move: credit when all is read */
+    unsigned grants;         /* GROWs answered since the last EPOCH */
 
     /* Send side: a copy of what the peer has not consumed (kept for a
      * revert), the peer's ring, and where the peer writes our credit. */
@@ -142,6 +143,7 @@ struct vs_rdma_conn {
     uint64_t asked_at_tail; /* the credit when we last asked (tx) */
     unsigned sq_posted;     /* send work requests posted (qp_lock) */
     unsigned sq_done;       /* ... of which completed, as signalled (qp_lock) */
+    unsigned msg_slot;      /* the send slot of our next message (qp_lock) */
     /* Where our ring writes end: posted, at the last signalled send, and
      * known placed in the peer's ring (its adapter acknowledged them). */
     uint64_t data_head, sig_head, placed_head; /* (qp_lock) */
@@ -162,17 +164,22 @@ struct vs_rdma_conn {
     uint32_t peer_first_rkey;
     uint64_t peer_first_size;
     unsigned tx_old_idx;
-    bool grow_asked; /* GROW said, no REGION yet */
+    bool grow_asked;   /* GROW said, no REGION yet */
+    uint32_t grow_seq; /* the number of our last GROW, which REGION echoes */
     long grow_asked_ns, grow_again_ns;
     uint64_t grow_mark; /* the peer's credit when the size last changed */
+    uint64_t full_tail; /* the peer's credit when the ring was last full */
     long tx_last_ns;    /* the end of the last send call, while grown */
     bool shrink_wanted; /* paused while grown: back to the first ring */
     /* The peer's REGION (qp_lock), taken by the sender: */
     _Atomic bool region_in;
     uint64_t region_addr, region_size;
-    uint32_t region_rkey;
-    /* Granted, not yet moved to: the size, or 0 (readiness reads it). */
+    uint32_t region_rkey, region_seq;
+    /* Granted, not yet moved to: the size, or 0; MOVE_WAITS: the ring was
+     * full since, so we write no more before the move (readiness reads
+     * both). */
     _Atomic uint64_t tx_pending;
+    _Atomic bool move_waits;
     uint64_t pending_addr;
     uint32_t pending_rkey;
     _Atomic bool broken;    /* a completion error: the QP is unusable */
@@ -337,20 +344,26 @@ uint64_t vs_rdma_peer_tail(struct vs_rdma_conn *c);
  * ring granted (or back to the first after a pause) once the peer read
  * everything, frees a copy left. Whether to ask the peer for its credit
  * (a move waits for it). (tx) */
-bool vs_rdma_grow_step(struct vs_rdma_conn *c, bool call_start);
-/* A send call ends: a pause counts from here. (tx) */
+bool vs_rdma_grow_step(struct vs_rdma_conn *c);
+/* A send call begins (a pause since the last one moves us back to the
+ * first ring), and ends (a pause counts from there). (tx) */
+void vs_rdma_grow_begin(struct vs_rdma_conn *c);
 void vs_rdma_grow_sent(struct vs_rdma_conn *c);
 /* Sender, finding no room: asks for a larger ring if the reader keeps up
  * (it consumed twice the ring since the size last changed). (tx) */
 void vs_rdma_grow_ask(struct vs_rdma_conn *c);
 /* Room for a send now: none while a move waits for the peer's credit. */
 uint64_t vs_rdma_tx_room(struct vs_rdma_conn *c);
+/* The same for readiness: the room after the move, once it can be made. */
+uint64_t vs_rdma_tx_room_ready(struct vs_rdma_conn *c);
 /* Receiver: the peer's GROW and EPOCH (qp_lock). */
 void vs_rdma_on_grow(struct vs_rdma_conn *c, const struct vs_rdma_msg *m);
 void vs_rdma_on_region(struct vs_rdma_conn *c, const struct vs_rdma_msg *m);
 void vs_rdma_on_epoch(struct vs_rdma_conn *c, const struct vs_rdma_msg *m);
 /* Frees the areas of growth (teardown, after the queue pair). */
 void vs_rdma_grow_teardown(struct vs_rdma_conn *c);
+/* Registered bytes of growth in this process (all connections). */
+uint64_t vs_rdma_grown_bytes(void);
 /* fork, in the child: the parent's areas are not ours (not freed). */
 void vs_rdma_grow_forget(struct vs_rdma_conn *c);
 

@@ -12,9 +12,10 @@
  * pause (IDLE_NS without a send) the sender moves back to the first ring,
  * which both ends kept, and the larger ones go.
  *
- * The wait for the peer to read everything is a bubble of about one round
- * trip per growth (the receiver credits every read while a grant is open);
- * a growth happens a few times per connection. Memory: a grown connection
+ * Until the move the sender writes into the old ring; once that is full, it
+ * writes no more until the peer read everything (the receiver credits at
+ * once when it has, while a grant is open): a bubble of about one round
+ * trip per growth, a few times per connection. Memory: a grown connection
  * holds the first rings too; all growth in a process is bounded by
  * GROWN_BUDGET (and RLIMIT_MEMLOCK: a registration it refuses is a
  * decline). docs/design/rdma-transport.md, "Rings that grow". */
@@ -34,8 +35,15 @@
 #define ASK_AGAIN_NS 1000000000L
 /* Registered bytes above the first rings a process may hold, at most. */
 #define GROWN_BUDGET (1ull << 30)
+/* GROWs a receiver answers between two moves. */
+#define GRANTS_PER_MOVE 8
 
 static _Atomic uint64_t grown;
+
+uint64_t vs_rdma_grown_bytes(void)
+{
+    return atomic_load(&grown);
+}
 
 /* Half of what the process may lock, within GROWN_BUDGET: the rest is for
  * connections' first rings. */
@@ -70,12 +78,28 @@ static void grown_free(struct vs_rdma_area *a)
 
 /* ------------------------------------------------------------------ sender */
 
-uint64_t vs_rdma_tx_room(struct vs_rdma_conn *c)
+/* Room in the ring we write now. */
+static uint64_t ring_room(struct vs_rdma_conn *c)
 {
-    if (!c->tx.mem || atomic_load(&c->tx_pending))
+    if (!c->tx.mem)
         return 0;
     uint64_t unread = c->tx_head - vs_rdma_peer_tail(c);
     return unread > c->tx_size ? 0 : c->tx_size - unread;
+}
+
+uint64_t vs_rdma_tx_room(struct vs_rdma_conn *c)
+{
+    if (atomic_load(&c->tx_pending) && atomic_load(&c->move_waits))
+        return 0;
+    return ring_room(c);
+}
+
+uint64_t vs_rdma_tx_room_ready(struct vs_rdma_conn *c)
+{
+    uint64_t pending = atomic_load(&c->tx_pending);
+    if (pending && atomic_load(&c->move_waits))
+        return c->tx.mem && vs_rdma_peer_tail(c) == c->tx_head ? pending : 0;
+    return ring_room(c);
 }
 
 /* Moves our writes into the peer's ring of SIZE at ADDR/RKEY: the one it
@@ -111,6 +135,7 @@ static bool move_to(struct vs_rdma_conn *c, uint64_t addr, uint32_t rkey, uint64
     c->tx_size = size;
     c->grow_mark = c->tx_head;
     c->tx_last_ns = vs_now_ns();
+    c->shrink_wanted = false;
     vs_debug("rdma: writes from %lu go into the peer's ring of %lu KiB", (unsigned long)m.a,
              (unsigned long)(size >> 10));
     return true;
@@ -123,11 +148,13 @@ static void take_region(struct vs_rdma_conn *c)
         return;
     pthread_mutex_lock(&c->qp_lock);
     uint64_t addr = c->region_addr, size = c->region_size;
-    uint32_t rkey = c->region_rkey;
+    uint32_t rkey = c->region_rkey, seq = c->region_seq;
     atomic_store(&c->region_in, false);
     pthread_mutex_unlock(&c->qp_lock);
-    if (!c->grow_asked)
-        return; /* not asked: ignored */
+    /* Only the answer to our last GROW: an earlier one's ring is gone (the
+     * peer frees a grant when asked again). */
+    if (!c->grow_asked || seq != c->grow_seq)
+        return;
     c->grow_asked = false;
     /* Declined (0), or less than we asked (the peer's VSOCKET_RDMA_RING_MAX
      * is lower): our copy is as large as the ring. */
@@ -143,10 +170,11 @@ static void take_region(struct vs_rdma_conn *c)
     }
     c->pending_addr = addr;
     c->pending_rkey = rkey;
+    atomic_store(&c->move_waits, false);
     atomic_store(&c->tx_pending, size);
 }
 
-bool vs_rdma_grow_step(struct vs_rdma_conn *c, bool call_start)
+bool vs_rdma_grow_step(struct vs_rdma_conn *c)
 {
     if (c->tx_old.mem) {
         pthread_mutex_lock(&c->qp_lock);
@@ -157,29 +185,36 @@ bool vs_rdma_grow_step(struct vs_rdma_conn *c, bool call_start)
         grown_free(&c->tx_old);
     }
     take_region(c);
-    long now = c->grow_asked || (call_start && c->tx_first.mem) ? vs_now_ns() : 0;
-    if (c->grow_asked && now - c->grow_asked_ns > ASK_AGAIN_NS) {
+    if (c->grow_asked && vs_now_ns() - c->grow_asked_ns > ASK_AGAIN_NS) {
         /* No answer (it may have met a full send queue): ask later. */
         c->grow_asked = false;
         grown_free(&c->tx_next);
-        c->grow_again_ns = now + ASK_AGAIN_NS;
+        c->grow_again_ns = vs_now_ns() + ASK_AGAIN_NS;
     }
     uint64_t pending = atomic_load(&c->tx_pending);
-    /* Grown and paused: back to the first ring (as TCP starts its window
-     * again after an idle time), once the peer credited everything. */
-    if (call_start && c->tx_first.mem && !pending && now - c->tx_last_ns >= IDLE_NS)
-        c->shrink_wanted = true;
+    if (pending && !atomic_load(&c->move_waits) && ring_room(c) == 0)
+        atomic_store(&c->move_waits, true); /* full: no more before the move */
     if (!pending && !c->shrink_wanted)
         return false;
     if (vs_rdma_peer_tail(c) != c->tx_head)
-        return !pending; /* a pending move asks when it finds no room */
+        return c->shrink_wanted || atomic_load(&c->move_waits);
     if (pending) {
-        if (move_to(c, c->pending_addr, c->pending_rkey, pending, false))
+        if (move_to(c, c->pending_addr, c->pending_rkey, pending, false)) {
             atomic_store(&c->tx_pending, 0);
-    } else if (move_to(c, c->peer_first_addr, c->peer_first_rkey, c->peer_first_size, true)) {
-        c->shrink_wanted = false;
+            atomic_store(&c->move_waits, false);
+        }
+    } else {
+        move_to(c, c->peer_first_addr, c->peer_first_rkey, c->peer_first_size, true);
     }
     return false;
+}
+
+void vs_rdma_grow_begin(struct vs_rdma_conn *c)
+{
+    /* Grown and paused: back to the first ring (as TCP starts its window
+     * again after an idle time), once the peer credited everything. */
+    if (c->tx_first.mem && !atomic_load(&c->tx_pending) && vs_now_ns() - c->tx_last_ns >= IDLE_NS)
+        c->shrink_wanted = true;
 }
 
 void vs_rdma_grow_sent(struct vs_rdma_conn *c)
@@ -196,8 +231,12 @@ void vs_rdma_grow_ask(struct vs_rdma_conn *c)
     if (want <= c->tx_size || c->grow_asked || atomic_load(&c->tx_pending) ||
         atomic_load(&c->broken) || !vs_rdma_done(c))
         return;
-    /* The reader keeps up: the ring, not the reader, limits the stream. */
-    if (vs_rdma_peer_tail(c) - c->grow_mark < 2 * c->tx_size)
+    /* The reader keeps up: it consumed twice the ring since the size
+     * changed, and some since the ring was last full. The ring, not the
+     * reader, limits the stream. */
+    uint64_t tail = vs_rdma_peer_tail(c), last_full = c->full_tail;
+    c->full_tail = tail;
+    if (tail - c->grow_mark < 2 * c->tx_size || tail == last_full)
         return;
     long now = vs_now_ns();
     if (now < c->grow_again_ns)
@@ -208,11 +247,12 @@ void vs_rdma_grow_ask(struct vs_rdma_conn *c)
         c->grow_again_ns = now + ASK_AGAIN_NS;
         return;
     }
-    struct vs_rdma_msg m = {.type = VS_RDMA_MSG_GROW, .a = want};
+    struct vs_rdma_msg m = {.type = VS_RDMA_MSG_GROW, .a = want, .pad2 = c->grow_seq + 1};
     if (vs_rdma_post_msg(c, &m) < 0) {
         grown_free(&c->tx_next);
         return;
     }
+    c->grow_seq++;
     c->grow_asked = true;
     c->grow_asked_ns = now;
     vs_debug("rdma: the peer's ring of %lu KiB limits the stream: asking for %lu KiB",
@@ -227,10 +267,12 @@ static bool left_rdma(struct vs_rdma_conn *c)
     return atomic_load(&c->rx_cut) || atomic_load(&c->st.rx_back_on_tcp);
 }
 
-/* Sends REGION (qp_lock). */
-static void answer_grow(struct vs_rdma_conn *c, uint64_t addr, uint64_t size, uint32_t rkey)
+/* Sends REGION, the answer to GROW number SEQ (qp_lock). */
+static void answer_grow(struct vs_rdma_conn *c, uint32_t seq, uint64_t addr, uint64_t size,
+                        uint32_t rkey)
 {
-    struct vs_rdma_msg m = {.type = VS_RDMA_MSG_REGION, .a = addr, .b = size, .rkey = rkey};
+    struct vs_rdma_msg m = {
+        .type = VS_RDMA_MSG_REGION, .a = addr, .b = size, .rkey = rkey, .pad2 = seq};
     if (vs_rdma_post_msg_locked(c, &m, NULL) < 0 && size) {
         /* Unsaid: the sender asks again later. */
         grown_free(&c->rx_granted);
@@ -242,21 +284,24 @@ void vs_rdma_on_grow(struct vs_rdma_conn *c, const struct vs_rdma_msg *m)
 {
     if (!c->rx.mr || left_rdma(c))
         return;
-    /* Asked again (our answer was lost to a full queue): a new grant. */
+    /* Asked again (our answer was lost to a full queue, or late): a new
+     * grant; the sender takes only the answer to its last question. */
     grown_free(&c->rx_granted);
     atomic_store(&c->grant_open, false);
     uint64_t size = m->a;
     if (size > vs_config.rdma_ring_max)
         size = vs_config.rdma_ring_max;
-    /* Sizes are powers of two: offsets wrap by masking. */
-    if (size <= c->rx_size || (size & (size - 1)) ||
+    /* Sizes are powers of two: offsets wrap by masking. An honest sender
+     * asks again only after a second without an answer: a few times per
+     * move at most; more is a peer making us register in a loop. */
+    if (size <= c->rx_size || (size & (size - 1)) || ++c->grants > GRANTS_PER_MOVE ||
         grown_new(c, &c->rx_granted, size, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE) < 0) {
-        answer_grow(c, 0, 0, 0);
+        answer_grow(c, m->pad2, 0, 0, 0);
         return;
     }
-    /* Until the sender moves, it waits for our credit of every byte. */
+    /* The sender moves once we read everything: it waits for that credit. */
     atomic_store(&c->grant_open, true);
-    answer_grow(c, (uintptr_t)c->rx_granted.mem, size, c->rx_granted.mr->rkey);
+    answer_grow(c, m->pad2, (uintptr_t)c->rx_granted.mem, size, c->rx_granted.mr->rkey);
 }
 
 void vs_rdma_on_region(struct vs_rdma_conn *c, const struct vs_rdma_msg *m)
@@ -264,6 +309,7 @@ void vs_rdma_on_region(struct vs_rdma_conn *c, const struct vs_rdma_msg *m)
     c->region_addr = m->a;
     c->region_size = m->b;
     c->region_rkey = m->rkey;
+    c->region_seq = m->pad2;
     atomic_store_explicit(&c->region_in, true, memory_order_release);
 }
 
@@ -271,20 +317,20 @@ void vs_rdma_on_region(struct vs_rdma_conn *c, const struct vs_rdma_msg *m)
  * first. Only where we read (and credited) everything it wrote: then no
  * byte is left in the ring we leave, no offer nor READ is under way, and
  * it can go at once (the peer writes into it no more: its writes come in
- * order). Anything else is a lie. (qp_lock) */
+ * order). Anything else is a lie. After we left RDMA the ring is read no
+ * more, but its size still bounds the peer's writes in flight (they may
+ * cross our CUT): the move is made all the same. (qp_lock) */
 void vs_rdma_on_epoch(struct vs_rdma_conn *c, const struct vs_rdma_msg *m)
 {
     uint64_t start = m->a, size = m->b;
-    if (left_rdma(c))
-        return; /* nobody reads the ring any more */
     bool all_read = start == atomic_load(&c->rx_head) && start == atomic_load(&c->rx_credited) &&
                     c->offer_count == 0 && c->reads_in_flight == 0;
-    struct vs_rdma_area next;
-    if (!all_read || !c->rx.mr) {
+    if ((!all_read && !left_rdma(c)) || !c->rx.mr) {
         atomic_store(&c->st.violated, true);
         return;
     }
     bool on_first = !c->rx_first.mem;
+    struct vs_rdma_area next;
     if (c->rx_granted.mem && size == c->rx_granted.size) {
         next = c->rx_granted;
         memset(&c->rx_granted, 0, sizeof(c->rx_granted));
@@ -299,25 +345,35 @@ void vs_rdma_on_epoch(struct vs_rdma_conn *c, const struct vs_rdma_msg *m)
         c->rx_first = c->rx; /* kept for the way back */
     else
         grown_free(&c->rx);
-    /* Readers load the ring after the head (acquire); the head moves past
-     * START only with writes completed after this. */
+    /* A reader copies only bytes we credited after it copied them, and
+     * START is all we credited: none of the old ring is being read. */
     __atomic_store_n(&c->rx.mem, next.mem, __ATOMIC_RELEASE);
     c->rx.mr = next.mr;
     c->rx.size = next.size;
     __atomic_store_n(&c->rx_size, next.size, __ATOMIC_RELEASE);
     atomic_store(&c->grant_open, false);
+    c->grants = 0;
     vs_debug("rdma: the peer writes from %lu into our ring of %lu KiB", (unsigned long)start,
              (unsigned long)(size >> 10));
 }
 
+/* Before the areas go (after the queue pair): the growth ones are counted;
+ * the first ring and copy become the connection's again, freed with it. */
 void vs_rdma_grow_teardown(struct vs_rdma_conn *c)
 {
     grown_free(&c->rx_granted);
     grown_free(&c->tx_next);
     grown_free(&c->tx_old);
-    /* The first areas are not counted as growth. */
-    vs_rdma_area_free(&c->rx_first);
-    vs_rdma_area_free(&c->tx_first);
+    if (c->rx_first.mem) {
+        grown_free(&c->rx);
+        c->rx = c->rx_first;
+        memset(&c->rx_first, 0, sizeof(c->rx_first));
+    }
+    if (c->tx_first.mem) {
+        grown_free(&c->tx);
+        c->tx = c->tx_first;
+        memset(&c->tx_first, 0, sizeof(c->tx_first));
+    }
     atomic_store(&c->tx_pending, 0);
 }
 

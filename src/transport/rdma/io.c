@@ -47,10 +47,7 @@ uint64_t vs_rdma_writable(struct vs_rdma_conn *c)
 {
     /* A move to a larger ring waits for the peer to read everything: then
      * the next send moves and has all of it. */
-    uint64_t pending = atomic_load(&c->tx_pending);
-    if (pending && c->tx.mem)
-        return vs_rdma_peer_tail(c) == c->tx_head ? pending : 0;
-    return vs_rdma_tx_room(c);
+    return vs_rdma_tx_room_ready(c);
 }
 
 /* A sender that waits for space asks once; if no answer came in
@@ -204,12 +201,15 @@ void vs_rdma_credit_read(struct vs_rdma_conn *c)
     vs_rdma_offers_consumed(c);
     uint64_t unsent = c->rx_tail - atomic_load(&c->rx_credited);
     pthread_mutex_lock(&c->qp_lock);
-    /* A sender that moves to a larger ring waits for every byte credited. */
-    bool waits = atomic_load(&c->peer_waits) || c->offer_done || atomic_load(&c->grant_open);
+    /* A sender moves to another ring only where we read everything: a ring
+     * read to its end is credited at once while a grant is open (with a
+     * wake-up: the sender may wait for it) or while grown (a plain write:
+     * for the move back after a pause). */
+    bool drained = c->rx_tail == atomic_load(&c->rx_head);
+    bool open = drained && atomic_load(&c->grant_open);
+    bool waits = atomic_load(&c->peer_waits) || c->offer_done || open;
+    drained = drained && c->rx_first.mem;
     c->offer_done = false;
-    /* A grown ring read to its end is credited at once (a plain write):
-     * the sender moves back to the first ring only where all is read. */
-    bool drained = c->rx_first.mem && c->rx_tail == atomic_load(&c->rx_head);
     pthread_mutex_unlock(&c->qp_lock);
     if (unsent == 0 || (unsent < c->rx_size / 4 && !waits && !drained))
         return;
@@ -496,7 +496,6 @@ static ssize_t rdma_send(struct vs_rdma_conn *c, int fd, const struct iovec *iov
     size_t total = 0, want = vs_iov_total(iov, (size_t)cnt);
     int i = 0;
     size_t in_iov = 0;
-    bool first = true; /* a pause counts between calls, not in a wait */
     while (total < want) {
         /* A CUT the peer sent before it went counts first. */
         vs_rdma_poll(c);
@@ -520,9 +519,8 @@ static ssize_t rdma_send(struct vs_rdma_conn *c, int fd, const struct iovec *iov
                 continue;
             }
         }
-        if (vs_rdma_grow_step(c, first))
+        if (vs_rdma_grow_step(c))
             vs_rdma_ask_credit(c);
-        first = false;
         uint64_t room = vs_rdma_tx_room(c);
         /* A stall is a peer that does not read, not a busy one. */
         vs_rdma_stall(c, room == 0);
@@ -587,7 +585,6 @@ static ssize_t rdma_send(struct vs_rdma_conn *c, int fd, const struct iovec *iov
     bool waits = atomic_load(&c->peer_waits);
     if (unsent && (waits || unsent >= c->rx_size / 16))
         send_credit(c, waits);
-    vs_rdma_grow_sent(c);
     return total ? (ssize_t)total : -EAGAIN;
 }
 
@@ -601,6 +598,7 @@ ssize_t vs_rdma_sendmsg(struct vs_sock *s, int fd, const struct msghdr *msg, int
     pthread_mutex_lock(&c->tx_lock);
     forked_io(c);
     maybe_switch(c);
+    vs_rdma_grow_begin(c);
     /* REST: what is left of the message after the DONE bytes sent. */
     size_t done = 0;
     struct iovec win[msg->msg_iovlen ? msg->msg_iovlen : 1];
@@ -640,6 +638,7 @@ ssize_t vs_rdma_sendmsg(struct vs_sock *s, int fd, const struct msghdr *msg, int
     /* Bytes sent before an error or a stop count (the kernel says so). */
     if (done)
         n = n > 0 ? n + (ssize_t)done : (ssize_t)done;
+    vs_rdma_grow_sent(c);
     pthread_mutex_unlock(&c->tx_lock);
     /* The peer's CUT came during the send: say so now, not at the next call. */
     if (atomic_load(&c->st.rx_reverted))

@@ -142,11 +142,11 @@ void vs_rdma_verbs_teardown(struct vs_rdma_conn *c)
     }
     /* After the queue pair: nothing of it can reach the CQ any more. */
     vs_rdma_cq_detach(c);
+    vs_rdma_grow_teardown(c);
     area_free(&c->rx);
     area_free(&c->credit);
     area_free(&c->msgs);
     area_free(&c->tx);
-    vs_rdma_grow_teardown(c);
     if (c->pd) {
         ibv_dealloc_pd(c->pd);
         c->pd = NULL;
@@ -329,9 +329,11 @@ int vs_rdma_post_msg_locked(struct vs_rdma_conn *c, const struct vs_rdma_msg *m,
      * oldest send, which the device may not have read yet. */
     if (!sq_room(c, 1))
         return -EAGAIN;
-    /* A send slot is reused only after depth more sends, when the queue
-     * cannot still hold the one that used it. */
-    unsigned slot = c->depth + c->sq_posted % c->depth;
+    /* A send slot is reused only after depth more messages, so depth more
+     * sends at least, when the queue cannot still hold the one that used
+     * it. (Its own count: the count of sends wraps at 2^32, which a depth
+     * that is not a power of two does not divide.) */
+    unsigned slot = c->depth + c->msg_slot;
     void *buf = (char *)c->msgs.mem + (uint64_t)slot * VS_RDMA_MSG_SIZE;
     memcpy(buf, m, sizeof(*m));
     struct ibv_sge sge = {.addr = (uintptr_t)buf, .length = sizeof(*m), .lkey = c->msgs.mr->lkey};
@@ -343,8 +345,11 @@ int vs_rdma_post_msg_locked(struct vs_rdma_conn *c, const struct vs_rdma_msg *m,
     if (m->type == VS_RDMA_MSG_SHUT || m->type == VS_RDMA_MSG_CUT || m->type == VS_RDMA_MSG_EPOCH)
         c->since_signal = SIGNAL_EVERY;
     int rc = post_send_locked(c, &wr);
-    if (rc == 0 && idx)
-        *idx = c->sq_posted;
+    if (rc == 0) {
+        c->msg_slot = (c->msg_slot + 1) % c->depth;
+        if (idx)
+            *idx = c->sq_posted;
+    }
     return rc;
 }
 
