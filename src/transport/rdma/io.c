@@ -699,7 +699,17 @@ static void send_shut(struct vs_rdma_conn *c, bool wait)
     if (!vs_stream_tx_on_transport(&c->st) || atomic_exchange(&c->tx_shut_sent, true))
         return;
     struct vs_rdma_msg m = {.type = VS_RDMA_MSG_SHUT, .a = c->tx_head};
-    if (vs_rdma_post_msg(c, &m) == 0 && wait)
+    int rc = vs_rdma_post_msg(c, &m);
+    /* A full send queue has room once what it holds is placed. Unsaid, the
+     * peer would wait for the end of the stream for ever (found: a stress
+     * run on a loaded host, one connection of four never ended). */
+    if (rc == -EAGAIN && vs_rdma_wait_placed(c, FLUSH_NS))
+        rc = vs_rdma_post_msg(c, &m);
+    if (rc < 0)
+        vs_warn("rdma: the end of this connection's stream not said (%s): the peer learns it "
+                "from TCP only",
+                strerror(-rc));
+    else if (wait)
         vs_rdma_wait_placed(c, FLUSH_NS);
 }
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# iperf3, both ends under vsocket on RDMA (VSOCKET_TRANSPORTS=rdma): a 3 s
+# iperf3, both ends under vsocket on RDMA (VSOCKET_TRANSPORTS=rdma): a 10 s
 # test each way (normal and -R), JSON results checked against what kernel
 # TCP gives for the same run: the receiver's byte count is the same in the
 # client's and the server's report, the sender's too (both ends agree), the
@@ -22,7 +22,9 @@ one() { # LABEL [CLIENT ARGS...]
   srv=$!
   pids+=("$srv")
   wait_port $port
-  vs_run iperf3 -c "$IP" -p $port -t 3 -J "$@" >"$tmp/cli.json" 2>"$tmp/cli.err" &
+  # 10 s: the set-up must end while the test runs (`vsocket stat` looks),
+  # and on a loaded host it took up to 3 s.
+  vs_run iperf3 -c "$IP" -p $port -t 10 -J "$@" >"$tmp/cli.json" 2>"$tmp/cli.err" &
   cli=$!
   pids+=("$cli")
   expect_rdma_rows 2

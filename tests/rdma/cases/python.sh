@@ -2,13 +2,16 @@
 # Python programs under vsocket on RDMA (VSOCKET_TRANSPORTS=rdma): an asyncio
 # echo server (epoll selector) and a threaded socketserver echo server; one
 # plain-socket client echoes 2 MiB through each at once, in random-size
-# chunks (1 B .. 64 KiB, paced to last a few seconds), a sender thread and a
-# receiver per connection. Checked as kernel TCP would give it: what came back
-# is byte-for-byte what was sent (length and sha256 per connection), and each
+# chunks (1 B .. 64 KiB, paced), a sender thread and a receiver per
+# connection. Checked as kernel TCP would give it: what came back is
+# byte-for-byte what was sent (length and sha256 per connection), and each
 # server echoed exactly 2 MiB on that connection (its own count, printed at
-# EOF). `vsocket stat` shows the connections on rdma while they run, and
-# the servers' ends of them closed on rdma (one may have left for the
-# kernel's buffers, see below).
+# EOF). `vsocket stat` shows the connections on rdma while they run — an
+# order of events, not a race with the pacing: each sender stops half-way
+# until the script has seen all four ends on rdma (on a loaded host the
+# set-up took longer than the whole paced transfer, and the check found the
+# connections gone) — and the servers' ends of them closed on rdma (one may
+# have left for the kernel's buffers, see below).
 # shellcheck source=SCRIPTDIR/../lib.sh
 source "$(dirname "$0")/../lib.sh"
 port_a=7205
@@ -55,7 +58,7 @@ with socketserver.ThreadingTCPServer((sys.argv[1], int(sys.argv[2])), Echo) as s
 PY
 cat >"$tmp/client.py" <<'PY'
 import hashlib, os, random, socket, sys, threading, time
-host, total, ports = sys.argv[1], int(sys.argv[2]), [int(p) for p in sys.argv[3:]]
+host, total, go, ports = sys.argv[1], int(sys.argv[2]), sys.argv[3], [int(p) for p in sys.argv[4:]]
 results, errors = {}, []
 def one(port):
     try:
@@ -65,6 +68,13 @@ def one(port):
         def sender():
             left = total
             while left:
+                if left <= total // 2:
+                    # Half-way: on until the script saw the connections on rdma
+                    # (bounded for a hang only).
+                    for _ in range(6000):
+                        if os.path.exists(go):
+                            break
+                        time.sleep(0.05)
                 n = min(left, rnd.randint(1, 65536))
                 chunk = os.urandom(n)
                 sent.update(chunk)
@@ -107,10 +117,11 @@ vs_run $py "$tmp/tserver.py" "$IP" $port_t >"$tmp/tserver.log" 2>&1 &
 pids+=("$!")
 wait_port $port_a
 wait_port $port_t
-vs_run $py "$tmp/client.py" "$IP" $total $port_a $port_t >"$tmp/client.log" 2>&1 &
+vs_run $py "$tmp/client.py" "$IP" $total "$tmp/go" $port_a $port_t >"$tmp/client.log" 2>&1 &
 cli=$!
 pids+=("$cli")
 expect_rdma_rows 4
+touch "$tmp/go"
 rc=0
 wait "$cli" || rc=$?
 cat "$tmp/client.log"
