@@ -303,6 +303,9 @@ int vs_rdma_wait(struct vs_rdma_conn *c, int fd, short tcp_events, struct vs_blo
 /* io.c: waits until every send posted is acknowledged by the peer (then
  * the bytes are in its memory), at most LIMIT_NS. Whether they are. */
 bool vs_rdma_wait_placed(struct vs_rdma_conn *c, long limit_ns);
+/* io.c: posts M; a full send queue is waited for (until what it holds is
+ * placed, at most LIMIT_NS) and M posted again. 0 or -errno. */
+int vs_rdma_post_msg_waiting(struct vs_rdma_conn *c, const struct vs_rdma_msg *m, long limit_ns);
 
 /* leave.c: leaving RDMA for TCP (CUT). */
 /* The peer left: resends on TCP, once, what it did not read; bytes at

@@ -78,7 +78,9 @@ static void grown_free(struct vs_rdma_area *a)
 
 /* ------------------------------------------------------------------ sender */
 
-/* Room in the ring we write now. */
+/* Room in the ring we write now. The peer's credit word is its to write: a
+ * value past what we sent is a lie that only hurts it, but must not make us
+ * count more room than the ring has. */
 static uint64_t ring_room(struct vs_rdma_conn *c)
 {
     if (!c->tx.mem)

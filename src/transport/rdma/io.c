@@ -40,13 +40,8 @@ bool vs_rdma_rx_eof(struct vs_rdma_conn *c)
            c->rx_tail >= c->rx_shut_at;
 }
 
-/* The peer's credit word is its to write: a value past what we sent is a
- * lie that only hurts it, but must not make us count more room than the
- * ring has. */
 uint64_t vs_rdma_writable(struct vs_rdma_conn *c)
 {
-    /* A move to a larger ring waits for the peer to read everything: then
-     * the next send moves and has all of it. */
     return vs_rdma_tx_room_ready(c);
 }
 
@@ -482,6 +477,15 @@ bool vs_rdma_wait_placed(struct vs_rdma_conn *c, long limit_ns)
     return false;
 }
 
+int vs_rdma_post_msg_waiting(struct vs_rdma_conn *c, const struct vs_rdma_msg *m, long limit_ns)
+{
+    int rc = vs_rdma_post_msg(c, m);
+    /* A full send queue has room once what it holds is placed. */
+    if (rc == -EAGAIN && vs_rdma_wait_placed(c, limit_ns))
+        rc = vs_rdma_post_msg(c, m);
+    return rc;
+}
+
 /* Sends on RDMA what the peer's ring can take now, up to the whole of IOV
  * when blocking. Bytes sent, or -errno. *MORE: a blocking send stopped
  * short only to let the caller decide (a full ring may mean leaving for
@@ -699,12 +703,10 @@ static void send_shut(struct vs_rdma_conn *c, bool wait)
     if (!vs_stream_tx_on_transport(&c->st) || atomic_exchange(&c->tx_shut_sent, true))
         return;
     struct vs_rdma_msg m = {.type = VS_RDMA_MSG_SHUT, .a = c->tx_head};
-    int rc = vs_rdma_post_msg(c, &m);
-    /* A full send queue has room once what it holds is placed. Unsaid, the
-     * peer would wait for the end of the stream for ever (found: a stress
-     * run on a loaded host, one connection of four never ended). */
-    if (rc == -EAGAIN && vs_rdma_wait_placed(c, FLUSH_NS))
-        rc = vs_rdma_post_msg(c, &m);
+    /* Unsaid, the peer would wait for the end of the stream for ever
+     * (found: a stress run on a loaded host, one connection of four never
+     * ended). */
+    int rc = vs_rdma_post_msg_waiting(c, &m, FLUSH_NS);
     if (rc < 0)
         vs_warn("rdma: the end of this connection's stream not said (%s): the peer learns it "
                 "from TCP only",

@@ -145,11 +145,9 @@ static int say_cut(struct vs_rdma_conn *c, uint64_t *from)
 {
     uint64_t credited = vs_rdma_peer_tail(c);
     struct vs_rdma_msg m = {.type = VS_RDMA_MSG_CUT, .a = c->rx_tail, .b = credited};
-    int rc = vs_rdma_post_msg(c, &m);
-    /* A full send queue has room once what it holds is placed: without the
-     * CUT the peer would go on reading its ring while we send on TCP. */
-    if (rc == -EAGAIN && vs_rdma_wait_placed(c, LEAVE_NS))
-        rc = vs_rdma_post_msg(c, &m);
+    /* Without the CUT the peer would go on reading its ring while we send
+     * on TCP. */
+    int rc = vs_rdma_post_msg_waiting(c, &m, LEAVE_NS);
     if (rc < 0) {
         vs_debug("rdma: CUT not posted: %s", strerror(-rc));
         return -EAGAIN;
