@@ -63,7 +63,8 @@ logs_on_rdma() {
     up=$((up + closing)) closing=0
   fi
   [ "$up" -ge "$min" ] && [ "$stays" = 0 ] && [ "$closing" = 0 ] && [ "$left" = 0 ] && return 0
-  echo "$who: expected at least $min connections on rdma that stay there; the logs:"
   cat "$@" 2>/dev/null | grep -v tracked | tail -40
+  echo "$who: expected at least $min connections on rdma that stay there: $up upgraded, $stays stayed," \
+    "$closing closed during set-up, $left left rdma (the logs above)"
   return 1
 }

@@ -166,13 +166,16 @@ if [ "${1:-}" = --in-pair ]; then
     CASE=$(basename "${c%.sh}") timeout -k 5 "$case_timeout" bash "$here/cross/$c" >"$work/case.log" 2>&1 || rc=$?
     read -r s1 r1 <<<"$(counters)"
     ds=$((s1 - s0)) dr=$((r1 - r0))
-    if [ "$rc" != 0 ]; then own="fail exit $rc (rxe1 sent +$ds, rcvd +$dr)"
+    # A failing case's last line saying "A: " or "B: " is its reason: the
+    # verdict quotes it, so that the end of the output says why.
+    why=$(grep -E "^$role: " "$work/case.log" | tail -n1 | cut -c1-240 || true)
+    if [ "$rc" != 0 ]; then own="fail exit $rc${why:+: $why} (rxe1 sent +$ds, rcvd +$dr)"
     elif [ "$ds" -le 0 ] || [ "$dr" -le 0 ]; then own="fail: exit 0 but rxe1 counters did not move (sent +$ds, rcvd +$dr): not RDMA traffic"
     else own="ok (rxe1 sent +$ds, rcvd +$dr)"; fi
     if [ "${own%% *}" != ok ]; then
       own_failed=$((own_failed + 1))
       echo "  --- $name in guest $role: $own; output (tail):"
-      tail -n 20 "$work/case.log" | sed 's/^/  | /'
+      tail -n 60 "$work/case.log" | sed 's/^/  | /'
     elif [ "$death" = 1 ]; then
       sed 's/^/  | /' "$work/case.log"
     fi

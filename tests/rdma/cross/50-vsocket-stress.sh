@@ -45,5 +45,13 @@ logged_run "$STRESS" client --host "$A_IP" --port $port --mode all --conns $conn
 grep -E '^stress:' /tmp/x-cli.log || true
 barrier done 400
 [ "$rc" = 0 ] && [ "$(grep -c 'result=PASS' /tmp/x-cli.log)" = $modes ] ||
-  { echo "B: vsocket-stress across hosts failed (exit $rc)"; tail -20 /tmp/x-cli.log; exit 1; }
+  {
+    tail -20 /tmp/x-cli.log
+    echo "B: vsocket's log (tail):"
+    grep -v tracked "$log" | tail -15
+    # Last, one line: the stage's verdict quotes it.
+    echo "B: vsocket-stress across hosts failed (exit $rc, $(grep -o 'seed=[0-9]*' /tmp/x-cli.log | head -n1)," \
+      "results: $(grep -o 'result=[A-Z]*' /tmp/x-cli.log | cut -d= -f2 | xargs))"
+    exit 1
+  }
 logs_on_rdma B $((modes * conns)) "$log"
