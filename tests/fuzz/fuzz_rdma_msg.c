@@ -20,6 +20,8 @@
  *     VS_RDMA_READS READs; the first SHUT's offset is the end kept; a
  *     GROW is answered with the ring granted or none; a move to another
  *     ring (EPOCH, grow.c, whatever its fields) keeps these checks;
+ *   - a peer that asked for credit is answered, once the adapter took our
+ *     sends, whether or not we read again;
  *   - no ASan or UBSan report, no registration left at the end, no bytes
  *     of growth still counted against the process's budget. */
 #include <arpa/inet.h>
@@ -85,6 +87,7 @@ struct model {
     bool shut, cut;
     uint64_t shut_at;
     unsigned n_offers; /* offers sent: offers[0 .. n_offers) */
+    uint64_t asked;    /* the credit its last CREDIT_REQ said it had seen */
 };
 
 static struct model m;
@@ -312,6 +315,8 @@ static bool sent_msg(const struct vs_rdma_msg *msg)
         return honest;
     }
     case VS_RDMA_MSG_CREDIT_REQ: /* its value only decides whether we answer */
+        m.asked = msg->a;
+        return true;
     case VS_RDMA_MSG_RX_WAIT:
     case VS_RDMA_MSG_SWITCH:
         return true;
@@ -423,6 +428,8 @@ static void check_stream(uint64_t from, uint64_t n)
              ring[(from + i) & (m.size - 1)], stream_byte(from + i));
 }
 
+static void credit(bool wake);
+
 /* As io.c reads: what the ring holds at the tail, checked where it lies
  * (io.c copies it out; the copy is not under test here); then the offers
  * consumed go and the peer may hear how far we read. */
@@ -450,7 +457,48 @@ static void reader(struct fz_in *in)
     __atomic_store_n(&c->rx_tail, tail + n, __ATOMIC_SEQ_CST);
     vs_rdma_offers_consumed(c);
     if (mode & 4)
-        vs_rdma_post_credit(c, mode & 8);
+        credit(mode & 8);
+}
+
+/* As io.c's send_credit: with a wake-up when the peer waits for one. */
+static void credit(bool wake)
+{
+    struct vs_rdma_conn *c = m.c;
+    bool asked = atomic_exchange(&c->peer_waits, false);
+    if (vs_rdma_post_credit(c, wake || asked) < 0 && asked)
+        atomic_store(&c->peer_waits, true);
+}
+
+/* The reader read its last: a peer that asked for credit past what we had
+ * told it must have it, with its wake-up, once the adapter took every send
+ * (nothing else would come: no next read, no next message). An answer
+ * that met a full send queue and was left to a next read hung a writer
+ * whose reader had emptied the ring (across two hosts, in CI). */
+static void check_answered(void)
+{
+    struct vs_rdma_conn *c = m.c;
+    if (atomic_load(&c->peer_waits) && c->rx_tail != atomic_load(&c->rx_credited))
+        credit(true); /* the last read's answer, as io.c gives it */
+    for (int i = 0; i < FAKE_QUEUE && !m.broken && (fake.sq_count || fake.cq_count); i++) {
+        struct fake_wr w;
+        if (fake_take_send(&w)) {
+            if (w.opcode == IBV_WR_RDMA_WRITE || w.opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
+                m.credit = w.value;
+            if (w.signaled)
+                fake_complete(&(struct vs_rdma_wc){
+                    .wr = w.wr,
+                    .opcode = w.opcode == IBV_WR_RDMA_READ ? IBV_WC_RDMA_READ : IBV_WC_RDMA_WRITE});
+        }
+        vs_rdma_poll(c);
+    }
+    FZ_TRACE("end: waits %d tail %lu credited %lu sq %u cq %u\n", atomic_load(&c->peer_waits),
+             (unsigned long)c->rx_tail, (unsigned long)atomic_load(&c->rx_credited), fake.sq_count,
+             fake.cq_count);
+    if (m.broken || atomic_load(&c->broken))
+        return;
+    FZ_CHECK(!atomic_load(&c->peer_waits) || c->rx_tail == m.asked,
+             "the peer asked for credit at %lu, we read to %lu: never answered",
+             (unsigned long)m.asked, (unsigned long)c->rx_tail);
 }
 
 /* ---------------------------------------------------------------- the run */
@@ -534,6 +582,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fake.on_post = check_post;
     for (int i = 0; i < MAX_STEPS && in.n > 0; i++)
         step(&in);
+    check_answered();
     fake.on_post = NULL;
     vs_rdma_verbs_teardown(m.c);
     FZ_CHECK(fake_regions() == 0, "%u registrations left", fake_regions());

@@ -13,6 +13,9 @@ export B_IP=10.77.1.2
 export CNT=/sys/class/infiniband/${VSG_DEV:-rxe1}/ports/1/hw_counters
 
 # barrier NAME [TIMEOUT]: both guests wait until both reached "$CASE.NAME".
+# A barrier where one side starts a program waits 240 s: starting python or
+# a server under the preload took over 60 s in a guest beside a busy host
+# (a bound only a hang should cross; the case's own limit is 300 s).
 barrier() { "$VSG_TOOLS/barrier" "$CASE.$1" "${2:-60}"; }
 
 # counter NAME: one rxe1 hw counter (sent_pkts, rcvd_pkts, retry_exceeded_err…).
@@ -29,11 +32,11 @@ server_client() {
     bash -c "$srv" &
     pid=$!
     sleep 1
-    barrier server-started 60 || { kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; return 1; }
+    barrier server-started 240 || { kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; return 1; }
     wait "$pid" || rc=$?
     return "$rc"
   fi
-  barrier server-started 60 || return 1
+  barrier server-started 240 || return 1
   for try in 1 2 3 4 5 6; do
     bash -c "$cli" && return 0
     rc=$?

@@ -104,6 +104,10 @@ struct vs_rdma_conn {
     uint64_t rx_tail;             /* bytes we consumed (rx) */
     _Atomic uint64_t rx_credited; /* tail as last written to the peer */
     _Atomic bool peer_waits;      /* the peer asked for credit and has not had it */
+    /* A credit with a wake-up met a full send queue: posted once a poll
+     * freed room, not left to a next read that may never come (a reader
+     * that emptied the ring waits for the very bytes behind it). (qp_lock) */
+    bool wake_owed;
     /* Offers not yet consumed, oldest first (qp_lock). */
     struct vs_rdma_offer offers[VS_RDMA_OFFERS];
     unsigned offer_first, offer_count;

@@ -253,6 +253,10 @@ static int poll_locked(struct vs_rdma_conn *c)
         }
     }
     c->polling = false;
+    /* Room as this batch left it (polling for more here would recurse). */
+    if (c->wake_owed && c->sq_posted - c->sq_done < c->depth && !atomic_load(&c->broken) &&
+        vs_rdma_post_credit_locked(c, true) == 0)
+        atomic_store(&c->peer_waits, false);
     return total;
 }
 
@@ -373,6 +377,8 @@ int vs_rdma_post_credit_locked(struct vs_rdma_conn *c, bool wake)
     int rc = post_send_locked(c, &wr);
     if (rc == 0)
         atomic_store(&c->rx_credited, tail);
+    if (wake)
+        c->wake_owed = rc < 0;
     return rc;
 }
 

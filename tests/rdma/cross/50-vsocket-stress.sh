@@ -30,7 +30,7 @@ if [ "$VSG_ROLE" = A ]; then
   srv=$!
   trap 'kill $srv 2>/dev/null || true' EXIT
   wait_port $port
-  barrier started 60
+  barrier started 240
   barrier done 400
   ok=0
   # The server's end of a mode's last connection may close before the
@@ -38,7 +38,7 @@ if [ "$VSG_ROLE" = A ]; then
   SETUP_AT_CLOSE_OK=1 logs_on_rdma A $((modes * conns)) "$log" || ok=1
   exit $ok
 fi
-barrier started 60
+barrier started 240
 rc=0
 logged_run "$STRESS" client --host "$A_IP" --port $port --mode all --conns $conns --udp-flows 0 \
   --messages 20 --max-size 256K --seconds 250 >/tmp/x-cli.log 2>&1 || rc=$?

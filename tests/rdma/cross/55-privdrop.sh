@@ -46,7 +46,7 @@ PY
   srv=$!
   trap 'kill $srv 2>/dev/null || true' EXIT
   wait_port $port
-  barrier up 60
+  barrier up 240
   barrier done 300
   grep -q "serving as uid 65534" "$dir/server.out" || { echo "A: the server did not drop to nobody"; exit 1; }
   logs_on_rdma A $conns "$dir"/*.log
@@ -87,7 +87,7 @@ print("PASS" if len(done) == n and not errors else "FAIL")
 PY
 cp tests/lib/streams.py "$dir/"
 chmod 644 "$dir/client.py" "$dir/streams.py"
-barrier up 60
+barrier up 240
 rc=0
 vs_run setpriv --reuid=daemon --regid=daemon --clear-groups \
   "${log_env[@]}" $py "$dir/client.py" "$A_IP" $port $conns $size >"$dir/client.out" 2>&1 || rc=$?

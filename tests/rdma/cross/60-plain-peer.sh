@@ -32,21 +32,21 @@ check_reasons() {
 if [ "$VSG_ROLE" = A ]; then
   plain "$STRESS" server --port 7610 --bind "$A_IP" --once >/tmp/p1.log 2>&1 &
   wait_port 7610
-  barrier one-ready 60
+  barrier one-ready 240
   barrier one-done 300
   wait || true
   VSOCKET_UPGRADE_AFTER_US=0 vs_run "$STRESS" server --port 7611 --bind "$A_IP" --once \
     >/tmp/p2.log 2>&1 &
   srv=$!
   wait_port 7611
-  barrier two-ready 60
+  barrier two-ready 240
   ok=0
   check_reasons || ok=1
   barrier two-done 300
   wait $srv || ok=1
   exit $ok
 fi
-barrier one-ready 60
+barrier one-ready 240
 VSOCKET_UPGRADE_AFTER_US=0 vs_run "$STRESS" client --host "$A_IP" --port 7610 "${stress_args[@]}" \
   >/tmp/p1c.log 2>&1 &
 cli=$!
@@ -54,7 +54,7 @@ ok=0
 check_reasons || ok=1
 wait $cli || { echo "B: plain-server run failed"; tail -5 /tmp/p1c.log; ok=1; }
 barrier one-done 300
-barrier two-ready 60
+barrier two-ready 240
 plain "$STRESS" client --host "$A_IP" --port 7611 "${stress_args[@]}" >/tmp/p2c.log 2>&1 ||
   { echo "B: plain-client run failed"; tail -5 /tmp/p2c.log; ok=1; }
 barrier two-done 300

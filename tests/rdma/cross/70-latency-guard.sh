@@ -30,13 +30,13 @@ if [ "$VSG_ROLE" = A ]; then
   trap 'kill $k $v 2>/dev/null || true' EXIT
   wait_port $kport
   wait_port $vport
-  barrier up 60
+  barrier up 240
   barrier done 300
   out=$("$TOOL" stat --all 2>&1 || true)
   grep -q " rdma " <<<"$out" || { echo "A: the vsocket run was not on rdma:"; echo "$out"; exit 1; }
   exit 0
 fi
-barrier up 60
+barrier up 240
 avg() { sed -n 's/.* avg_us=\([0-9.]*\).*/\1/p' "$1"; }
 krc=0 rc=0
 plain "$SWEEP" client --host "$A_IP" --port $kport "${args[@]}" >/tmp/lg-kc.log 2>&1 || krc=$?

@@ -32,12 +32,12 @@ if [ "$VSG_ROLE" = A ]; then
   srv=$!
   trap 'kill $srv 2>/dev/null || true; tc qdisc del dev "$VSG_IF" root 2>/dev/null || true' EXIT
   wait_port $port
-  barrier up 120
+  barrier up 240
   barrier done 600
   logs_on_rdma A 1 "$log"
   exit $?
 fi
-barrier up 120
+barrier up 240
 p0=$(($(counter sent_pkts) + $(counter rcvd_pkts)))
 rc=0
 defaults "$SWEEP" client --host "$A_IP" --port $port --mode stream --sizes 65536 \

@@ -78,7 +78,7 @@ if [ "$VSG_ROLE" = A ]; then
     touch /tmp/at-done quiet-until /tmp/at-release close >"$out" 2>&1 &
   pid=$!
   wait_port $port
-  barrier listening 120
+  barrier listening 240
   wait_while $pid 120 grep -q 'rdma: the set-up ended on TCP' "$log" || fail "the accepter's set-up never ended"
   # Read while B is away: once the programs close, ss no longer says
   # "established".
@@ -108,7 +108,7 @@ if [ "$VSG_ROLE" = A ]; then
   exit 0
 fi
 
-barrier listening 120
+barrier listening 240
 dreq0=$(cm cm_rx_msgs/dreq)
 vs_run env "${env_common[@]}" "$STEPS" client "$A_IP:$port" --timeout 200 \
   send 64 calls-until "$log" "rdma: the set-up starts (connector)" touch "$S.c-listening" \

@@ -16,14 +16,14 @@ opts=(-R -d "$VSG_DEV" -x 1 -s 65536 -D 120)
 if [ "$VSG_ROLE" = B ]; then
   ib_write_bw "${opts[@]}" &
   sleep 1
-  barrier server-started 60
+  barrier server-started 240
   barrier traffic-flows 90
   echo "B: traffic flows, asking the host to kill this guest"
   "$VSG_TOOLS/kill-guest" B
   sleep 120
   exit 1  # not reached: the guest is gone
 fi
-barrier server-started 60
+barrier server-started 240
 log=$(mktemp)
 cpid=""
 trap 'if [ -n "$cpid" ]; then kill -KILL "$cpid" 2>/dev/null || true; fi; rm -f "$log"' EXIT

@@ -23,7 +23,7 @@ while c.recv(1 << 16):
     pass
 ' "$B_IP" $port &
   wait_port $port
-  barrier server-started 60
+  barrier server-started 240
   expect_rdma_rows 1 120
   barrier on-rdma 120
   echo "B: the connection is on rdma, asking the host to kill this guest"
@@ -31,7 +31,7 @@ while c.recv(1 << 16):
   sleep 120
   exit 1 # not reached: the guest is gone
 fi
-barrier server-started 60
+barrier server-started 240
 vs_run VSOCKET_RDMA_SPILL_MS=$SPILL_MS python3 -c '
 import socket, sys, time
 s = socket.create_connection((sys.argv[1], int(sys.argv[2])))
