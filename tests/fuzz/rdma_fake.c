@@ -575,3 +575,9 @@ bool vs_rdma_wait_placed(struct vs_rdma_conn *c, long limit_ns)
     (void)c, (void)limit_ns;
     UNEXPECTED("vs_rdma_wait_placed");
 }
+
+int vs_rdma_post_msg_waiting(struct vs_rdma_conn *c, const struct vs_rdma_msg *m, long limit_ns)
+{
+    (void)c, (void)m, (void)limit_ns;
+    UNEXPECTED("vs_rdma_post_msg_waiting");
+}

@@ -528,7 +528,8 @@ static bool take_setup_msg(struct vs_rdma_conn *c, int hs)
 static void leave_waiting_ring(struct vs_rdma_conn *c, const char *reason)
 {
     struct vs_rdma_msg m = {.type = VS_RDMA_MSG_CUT};
-    bool placed = vs_rdma_post_msg(c, &m) == 0 && vs_rdma_wait_placed(c, SETUP_LEAVE_NS);
+    bool placed = vs_rdma_post_msg_waiting(c, &m, SETUP_LEAVE_NS) == 0 &&
+                  vs_rdma_wait_placed(c, SETUP_LEAVE_NS);
     atomic_store(&c->st.rx_back_on_tcp, true);
     vs_rdma_proof_wipe(&c->proof);
     vs_rdma_conn_fail(c, reason);

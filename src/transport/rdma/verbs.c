@@ -155,12 +155,16 @@ void vs_rdma_verbs_teardown(struct vs_rdma_conn *c)
 
 static bool sq_room(struct vs_rdma_conn *c, unsigned want);
 
+/* Posts WR, signalled every SIGNAL_EVERY sends, near a full queue, or when
+ * the caller asked (IBV_SEND_SIGNALED in WR: asked here, not through
+ * since_signal, which a credit posted by the room check's poll would take). */
 static int post_send_locked(struct vs_rdma_conn *c, struct ibv_send_wr *wr)
 {
     if (!sq_room(c, 1))
         return -EAGAIN;
     unsigned since = c->since_signal;
-    bool signal = ++c->since_signal >= SIGNAL_EVERY || c->sq_posted - c->sq_done + 2 >= c->depth;
+    bool signal = ++c->since_signal >= SIGNAL_EVERY || c->sq_posted - c->sq_done + 2 >= c->depth ||
+                  (wr->send_flags & IBV_SEND_SIGNALED);
     if (signal) {
         wr->send_flags |= IBV_SEND_SIGNALED;
         c->since_signal = 0;
@@ -347,7 +351,7 @@ int vs_rdma_post_msg_locked(struct vs_rdma_conn *c, const struct vs_rdma_msg *m,
     /* Close and leaving wait for these to complete, a move to another ring
      * frees the copy before it once it did: signalled. */
     if (m->type == VS_RDMA_MSG_SHUT || m->type == VS_RDMA_MSG_CUT || m->type == VS_RDMA_MSG_EPOCH)
-        c->since_signal = SIGNAL_EVERY;
+        wr.send_flags |= IBV_SEND_SIGNALED;
     int rc = post_send_locked(c, &wr);
     if (rc == 0) {
         c->msg_slot = (c->msg_slot + 1) % c->depth;
@@ -405,6 +409,12 @@ int vs_rdma_post_data(struct vs_rdma_conn *c, uint64_t pos, size_t len)
     if (len <= c->inline_max)
         wr.send_flags = IBV_SEND_INLINE;
     pthread_mutex_lock(&c->qp_lock);
+    /* Room first: a signalled credit posted by its poll would take a
+     * head that counts this write as placed. */
+    if (!sq_room(c, 1)) {
+        pthread_mutex_unlock(&c->qp_lock);
+        return -EAGAIN;
+    }
     uint64_t head = c->data_head;
     c->data_head = pos + len;
     int rc = post_send_locked(c, &wr);
@@ -425,7 +435,7 @@ int vs_rdma_post_read(struct vs_rdma_conn *c, void *local, uint32_t lkey, uint64
         .wr.rdma = {.remote_addr = remote, .rkey = rkey},
     };
     /* Its completion says the bytes landed: always signalled. */
-    c->since_signal = SIGNAL_EVERY;
+    wr.send_flags = IBV_SEND_SIGNALED;
     return post_send_locked(c, &wr);
 }
 
@@ -465,6 +475,19 @@ void vs_rdma_stall_replaced(struct vs_rdma_conn *c, long now)
 bool vs_rdma_sends_done(struct vs_rdma_conn *c)
 {
     pthread_mutex_lock(&c->qp_lock);
+    /* Sends after the last signalled one complete unseen (a credit posted
+     * by any thread, an owed one): a signalled credit write says when they
+     * are done. Without it a full queue's wait for room never ended, and
+     * the SHUT or CUT that waited was lost. */
+    if (c->qp && c->sq_posted != c->sq_done && !atomic_load(&c->broken) && c->credit.mr &&
+        c->peer_credit_rkey) {
+        poll_locked(c);
+        if (c->sq_posted != c->sq_done && (int)(c->sq_done - c->sig_idx) >= 0 &&
+            c->sq_posted - c->sq_done < c->depth) {
+            c->since_signal = SIGNAL_EVERY;
+            vs_rdma_post_credit_locked(c, false);
+        }
+    }
     bool done = !c->qp || c->sq_posted == c->sq_done;
     pthread_mutex_unlock(&c->qp_lock);
     return done;
