@@ -319,15 +319,19 @@ void vs_rdma_on_region(struct vs_rdma_conn *c, const struct vs_rdma_msg *m)
  * first. Only where we read (and credited) everything it wrote: then no
  * byte is left in the ring we leave, no offer nor READ is under way, and
  * it can go at once (the peer writes into it no more: its writes come in
- * order). Anything else is a lie. After we left RDMA the ring is read no
- * more, but its size still bounds the peer's writes in flight (they may
- * cross our CUT): the move is made all the same. (qp_lock) */
+ * order). Anything else is a lie, and so is a move after the peer's CUT.
+ * After we left RDMA the ring is read no more, but its size still bounds
+ * the peer's writes in flight (they may cross our CUT): the move is made
+ * all the same, but never under a READ or an offer still to pull (an
+ * honest peer has none: it moves only past what we consumed), whose bytes
+ * would land in the ring freed here. (qp_lock) */
 void vs_rdma_on_epoch(struct vs_rdma_conn *c, const struct vs_rdma_msg *m)
 {
     uint64_t start = m->a, size = m->b;
-    bool all_read = start == atomic_load(&c->rx_head) && start == atomic_load(&c->rx_credited) &&
-                    c->offer_count == 0 && c->reads_in_flight == 0;
-    if ((!all_read && !left_rdma(c)) || !c->rx.mr) {
+    bool pulls = c->offer_count || c->reads_in_flight;
+    bool all_read = start == atomic_load(&c->rx_head) && start == atomic_load(&c->rx_credited);
+    bool we_left = atomic_load(&c->st.rx_back_on_tcp);
+    if (pulls || (!all_read && !we_left) || atomic_load(&c->rx_cut) || !c->rx.mr) {
         atomic_store(&c->st.violated, true);
         return;
     }
