@@ -272,17 +272,24 @@ static bool sq_room(struct vs_rdma_conn *c, unsigned want)
     return c->sq_posted - c->sq_done + want <= c->depth;
 }
 
+/* Sends after the last signalled one complete unseen: once that one is
+ * done, a signalled credit write says when they are. (qp_lock) */
+static void signal_unseen(struct vs_rdma_conn *c)
+{
+    if (c->sq_posted == c->sq_done || (int)(c->sq_done - c->sig_idx) < 0 || !c->credit.mr ||
+        !c->peer_credit_rkey || c->sq_posted - c->sq_done >= c->depth)
+        return;
+    c->since_signal = SIGNAL_EVERY;
+    vs_rdma_post_credit_locked(c, false);
+}
+
 uint64_t vs_rdma_placed_head(struct vs_rdma_conn *c)
 {
     pthread_mutex_lock(&c->qp_lock);
     if (c->qp && !atomic_load(&c->broken)) {
         poll_locked(c);
-        /* Writes after the last signalled send complete unseen: a credit
-         * write, signalled, says when they are placed. */
-        if (c->placed_head != c->data_head && (int)(c->sq_done - c->sig_idx) >= 0 && c->credit.mr) {
-            c->since_signal = SIGNAL_EVERY;
-            vs_rdma_post_credit_locked(c, false);
-        }
+        if (c->placed_head != c->data_head)
+            signal_unseen(c);
     }
     uint64_t placed = c->placed_head;
     pthread_mutex_unlock(&c->qp_lock);
@@ -475,18 +482,12 @@ void vs_rdma_stall_replaced(struct vs_rdma_conn *c, long now)
 bool vs_rdma_sends_done(struct vs_rdma_conn *c)
 {
     pthread_mutex_lock(&c->qp_lock);
-    /* Sends after the last signalled one complete unseen (a credit posted
-     * by any thread, an owed one): a signalled credit write says when they
-     * are done. Without it a full queue's wait for room never ended, and
-     * the SHUT or CUT that waited was lost. */
-    if (c->qp && c->sq_posted != c->sq_done && !atomic_load(&c->broken) && c->credit.mr &&
-        c->peer_credit_rkey) {
+    /* Without it a full queue's wait for room never ended once a credit
+     * (any thread's, an owed one) followed the last signalled send, and
+     * the SHUT or CUT that waited was lost (fuzzing.md, F11). */
+    if (c->qp && c->sq_posted != c->sq_done && !atomic_load(&c->broken)) {
         poll_locked(c);
-        if (c->sq_posted != c->sq_done && (int)(c->sq_done - c->sig_idx) >= 0 &&
-            c->sq_posted - c->sq_done < c->depth) {
-            c->since_signal = SIGNAL_EVERY;
-            vs_rdma_post_credit_locked(c, false);
-        }
+        signal_unseen(c);
     }
     bool done = !c->qp || c->sq_posted == c->sq_done;
     pthread_mutex_unlock(&c->qp_lock);
