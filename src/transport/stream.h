@@ -108,6 +108,16 @@ static inline uint64_t vs_stream_tcp_rx_limit(struct vs_stream *st)
     return limit;
 }
 
+/* Receive side: bytes the peer sent on TCP before its switch point that are
+ * not read yet (0 when it never switched or they are read). A return to TCP
+ * resends only what followed the switch, never these. (rx) */
+static inline uint64_t vs_stream_tcp_before_switch(const struct vs_stream *st)
+{
+    if (!atomic_load(&st->rx_switch_known) || st->rx_switch_at <= st->tcp_rx)
+        return 0;
+    return st->rx_switch_at - st->tcp_rx;
+}
+
 /* Receive side, on the transport, which holds nothing more: whether the
  * peer reverted and everything it sent there before is read (then TCP).
  * The peer publishes its last byte before it sends REVERT, so an empty

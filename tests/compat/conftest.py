@@ -986,12 +986,19 @@ def wait_tcp_paths(fetch: Callable[[], object], what: str, *, peer: str, timeout
 
 
 def check_sampled_paths(sampler: "StatSampler", what: str, *, peer: str, min_conns: int = 0,
-                        min_shm: int = 1) -> list[dict]:
+                        min_shm: int = 0) -> list[dict]:
     """Path check over every sample a StatSampler took of a client while it
     ran.  A sample may predate a connection's handshake, so this is the
     settled=False check: no connection ever on a contradicting path, and (with
     SHM_BUILT and peer="vsocket") at least `min_shm` connections seen on shm.
-    Returns the sockets of the merged (latest per process) sample."""
+    Returns the sockets of the merged (latest per process) sample.
+
+    How many connections the samples saw, and on which path, depends on when
+    `vsocket stat` ran: a short client on a loaded machine may be sampled once,
+    before its upgrade (seen: sockperf's 2 s run under ASan).  So `min_conns`
+    and `min_shm` are for clients whose peer is not under vsocket (nothing
+    else sees their connections); with a vsocket server, its settled records
+    (check_server_stat, check_tcp_paths) prove the count and the path."""
     assert not sampler.errors, sampler.errors[:3]
     assert sampler.samples, f"{what}: vsocket stat never listed it while it ran"
     socks = stat_sockets(sampler.samples)

@@ -79,7 +79,7 @@ def run_memcslap(runner, servers):
         outs.append(res)
         if runner.preloaded and sampler.samples:
             # a short run may be sampled before its connections' handshakes
-            check_sampled_paths(sampler, "memcslap", peer="vsocket", min_shm=0)
+            check_sampled_paths(sampler, "memcslap", peer="vsocket")
     stats = memcstat(runner, port)
     counts = {k: int(stats[k]) for k in ("cmd_set", "cmd_get", "get_hits", "get_misses")}
     # 4000 sets + 2000 loaded by the get test; 4000 gets, all hits

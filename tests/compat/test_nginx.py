@@ -164,7 +164,7 @@ def run_nginx(runner, servers, tmp_path, sendfile, client, user=None, with_wrk=N
 
     if runner.preloaded:
         if sampler:
-            check_sampled_paths(sampler, "wrk", peer="vsocket", min_conns=8)
+            check_sampled_paths(sampler, "wrk", peer="vsocket")
         # master (listener only) + workers: every accepted connection (curl or
         # http_get.py, wrk) on shm with SHM_BUILT, the listeners on kernel
         procs = stat_for_tree(runner.vsocket, srv.pid)

@@ -313,6 +313,19 @@ static void tcp_rx_got(void *conn, const struct msghdr *msg, size_t at, size_t n
     vs_rdma_proof_rcvd(&c->proof, c->st.tcp_rx - (uint64_t)n, got, cnt, n);
 }
 
+/* While unsettled: reads on TCP what the peer sent before its switch
+ * point. Bytes read, 0 at the end of stream, -errno (-EAGAIN: nothing of
+ * that kind waits). (rx) */
+static ssize_t early_tcp_read(struct vs_rdma_conn *c, int fd, struct msghdr *msg, socklen_t namelen,
+                              size_t total, int flags)
+{
+    uint64_t early = vs_stream_tcp_before_switch(&c->st);
+    if (!early)
+        return -EAGAIN;
+    ssize_t n = vs_stream_tcp_recv(&c->st, fd, msg, namelen, total, early, flags);
+    return n < 0 ? -errno : n;
+}
+
 static const struct vs_stream_rx_hooks tcp_rx = {.progress = tcp_rx_progress, .got = tcp_rx_got};
 
 ssize_t vs_rdma_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags)
@@ -349,7 +362,24 @@ ssize_t vs_rdma_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags
             break;
         }
         if (settled == 0) {
-            /* Wait for the peer's TCP bytes. */
+            /* Waiting for the peer's TCP bytes past its switch point. Those
+             * before it are never resent: read them meanwhile, or a full
+             * TCP receive queue of them keeps out the very bytes we wait
+             * for (found: both ends of a stress run waiting for good, after
+             * one left while the other still read its TCP backlog). */
+            ssize_t r = early_tcp_read(c, fd, msg, namelen, total, flags);
+            if (r > 0) {
+                total += (size_t)r;
+                if (total >= target || peek)
+                    break;
+                continue;
+            }
+            if (r == 0)
+                break;
+            if (r != -EAGAIN) {
+                err = (int)-r;
+                break;
+            }
         } else if (!rx_on_rdma(c)) {
             int r = vs_stream_tcp_rx_step(&c->st, fd, msg, namelen, &total, flags, &tcp_rx, c);
             if (r == 1) {
@@ -719,14 +749,21 @@ int vs_rdma_shutdown(struct vs_sock *s, int fd, int how)
 {
     struct vs_rdma_conn *c = s->conn;
     vs_rdma_copy_use(c, fd);
-    if (vs_rdma_active(c) && (how == SHUT_WR || how == SHUT_RDWR)) {
-        pthread_mutex_lock(&c->tx_lock);
+    if (how != SHUT_WR && how != SHUT_RDWR)
+        return vs_real.shutdown(fd, how);
+    vs_rdma_poll(c);
+    pthread_mutex_lock(&c->tx_lock);
+    /* The peer left (its CUT may have waited in the CQ): what it did not
+     * read goes on TCP before our FIN, or its stream ends short (found by
+     * cases/spill-backlog.sh: the peer's reads ended 64 KiB early). */
+    vs_rdma_answer_cut(c, fd, 0, NULL, 0);
+    if (vs_rdma_active(c)) {
         if (!atomic_load(&c->st.tx_switched))
             c->st.tx_shut = true; /* the FIN goes on TCP: never switch */
         else
             send_shut(c, true);
-        pthread_mutex_unlock(&c->tx_lock);
     }
+    pthread_mutex_unlock(&c->tx_lock);
     return vs_real.shutdown(fd, how);
 }
 

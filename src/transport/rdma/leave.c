@@ -299,8 +299,7 @@ static bool peer_spoke_on_tcp(struct vs_rdma_conn *c, int fd)
     /* A peer that never switched has nothing on our ring to cut. */
     if (!atomic_load(&c->st.rx_switch_known))
         return true;
-    uint64_t before_switch =
-        c->st.rx_switch_at > c->st.tcp_rx ? c->st.rx_switch_at - c->st.tcp_rx : 0;
+    uint64_t before_switch = vs_stream_tcp_before_switch(&c->st);
     int queued = 0;
     if (vs_syscall(SYS_ioctl, fd, FIONREAD, &queued) == 0 && (uint64_t)queued > before_switch)
         return true;

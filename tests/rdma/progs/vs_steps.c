@@ -21,6 +21,12 @@
  *   touch F             creates file F
  *   close               shuts its sending side down, reads to the end of
  *                       the stream (no byte more may come), closes
+ *   fill                sends without blocking (MSG_DONTWAIT) until a send
+ *                       would block: the peer's end holds all it can
+ *   push-until F TEXT   one send without blocking every 20 ms (whatever it
+ *                       takes counts) until file F has TEXT
+ *   finish              shuts its sending side down, receives and compares
+ *                       the peer's stream to its end, closes
  *
  * Each end's stream is a seeded pseudo-random sequence (its seed is its
  * role), so each end knows what the other must send. Output, then exit 0
@@ -119,33 +125,76 @@ static void nap(void)
     nanosleep(&(struct timespec){0, TICK_MS * 1000000L}, NULL);
 }
 
-static void do_send(int fd, struct stream *s, uint64_t n)
+/* One send of at most N next bytes of the stream: what it took, or -1
+ * (errno set). */
+static ssize_t send_some(int fd, struct stream *s, uint64_t n, int flags)
 {
     static uint8_t buf[CHUNK];
-    while (n > 0) {
-        size_t len = n < CHUNK ? (size_t)n : CHUNK;
-        for (size_t i = 0; i < len; i++)
-            buf[i] = stream_byte(s->seed, s->pos + i);
-        size_t off = 0;
-        while (off < len) {
-            ssize_t w = send(fd, buf + off, len - off, MSG_NOSIGNAL);
-            if (w < 0 && errno == EINTR)
-                continue;
-            if (w <= 0)
-                fail("send");
-            off += (size_t)w;
-        }
-        fnv(s, buf, len);
-        s->pos += len;
-        n -= len;
+    size_t len = n < CHUNK ? (size_t)n : CHUNK;
+    for (size_t i = 0; i < len; i++)
+        buf[i] = stream_byte(s->seed, s->pos + i);
+    ssize_t w = send(fd, buf, len, MSG_NOSIGNAL | flags);
+    if (w > 0) {
+        fnv(s, buf, (size_t)w);
+        s->pos += (uint64_t)w;
     }
+    return w;
+}
+
+static void do_send(int fd, struct stream *s, uint64_t n)
+{
+    while (n > 0) {
+        ssize_t w = send_some(fd, s, n, 0);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            fail("send");
+        n -= (uint64_t)w;
+    }
+}
+
+/* Sends without blocking: false once a send would block. */
+static bool send_nowait(int fd, struct stream *s)
+{
+    ssize_t w = send_some(fd, s, CHUNK, MSG_DONTWAIT);
+    if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+        fail("send");
+    return w > 0;
+}
+
+static void do_fill(int fd, struct stream *s)
+{
+    uint64_t from = s->pos;
+    while (send_nowait(fd, s))
+        ;
+    printf("STEP fill: %llu bytes\n", (unsigned long long)(s->pos - from));
+}
+
+/* One receive of at most N next bytes of the peer's stream, each compared:
+ * what it took, 0 at the end, or -1 (errno set). */
+static ssize_t recv_some(int fd, struct stream *s, uint64_t n)
+{
+    static uint8_t buf[CHUNK];
+    ssize_t r = recv(fd, buf, n < CHUNK ? (size_t)n : CHUNK, 0);
+    for (ssize_t i = 0; i < r; i++) {
+        if (buf[i] != stream_byte(s->seed, s->pos + (uint64_t)i)) {
+            errno = 0;
+            printf("STEPS-DATA role=%s result=MISMATCH at byte %llu\n", role,
+                   (unsigned long long)(s->pos + (uint64_t)i));
+            fail("a byte differs from the peer's stream");
+        }
+    }
+    if (r > 0) {
+        fnv(s, buf, (size_t)r);
+        s->pos += (uint64_t)r;
+    }
+    return r;
 }
 
 static void do_recv(int fd, struct stream *s, uint64_t n)
 {
-    static uint8_t buf[CHUNK];
     while (n > 0) {
-        ssize_t r = recv(fd, buf, n < CHUNK ? (size_t)n : CHUNK, 0);
+        ssize_t r = recv_some(fd, s, n);
         if (r < 0 && errno == EINTR)
             continue;
         if (r <= 0) {
@@ -153,16 +202,6 @@ static void do_recv(int fd, struct stream *s, uint64_t n)
                 errno = 0;
             fail(r == 0 ? "the stream ended early" : "recv");
         }
-        for (ssize_t i = 0; i < r; i++) {
-            if (buf[i] != stream_byte(s->seed, s->pos + (uint64_t)i)) {
-                errno = 0;
-                printf("STEPS-DATA role=%s result=MISMATCH at byte %llu\n", role,
-                       (unsigned long long)(s->pos + (uint64_t)i));
-                fail("a byte differs from the peer's stream");
-            }
-        }
-        fnv(s, buf, (size_t)r);
-        s->pos += (uint64_t)r;
         n -= (uint64_t)r;
     }
 }
@@ -193,6 +232,20 @@ static void do_close(int fd)
         errno = 0;
         fail("bytes after the peer's stream");
     }
+    if (close(fd) < 0)
+        fail("close");
+}
+
+/* Shuts our side down and takes the peer's stream to its end. */
+/* Shuts our side down and takes the peer's stream to its end. */
+static void do_finish(int fd, struct stream *rx)
+{
+    if (shutdown(fd, SHUT_WR) < 0)
+        fail("shutdown");
+    ssize_t r;
+    while ((r = recv_some(fd, rx, CHUNK)) != 0)
+        if (r < 0 && errno != EINTR)
+            fail("recv");
     if (close(fd) < 0)
         fail("close");
 }
@@ -231,9 +284,9 @@ static int open_conn(bool server, const char *ipport)
 /* How many arguments step S takes; -1: no such step. */
 static int step_args(const char *s)
 {
-    static const char *const names[] = {"close",       "call",  "send",       "recv",
-                                        "quiet-until", "touch", "calls-until"};
-    static const int args[] = {0, 0, 1, 1, 1, 1, 2};
+    static const char *const names[] = {"close", "call",        "send", "recv",       "quiet-until",
+                                        "touch", "calls-until", "fill", "push-until", "finish"};
+    static const int args[] = {0, 0, 1, 1, 1, 1, 2, 0, 2, 0};
     for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++)
         if (!strcmp(s, names[k]))
             return args[k];
@@ -275,6 +328,15 @@ static void run(int fd, int argc, char **argv, int i, struct stream *tx, struct 
             poll(&(struct pollfd){.fd = fd, .events = POLLIN}, 1, 0);
         else if (!strcmp(s, "close"))
             do_close(fd);
+        else if (!strcmp(s, "fill"))
+            do_fill(fd, tx);
+        else if (!strcmp(s, "push-until"))
+            while (!file_has(argv[i + 1], argv[i + 2])) {
+                send_nowait(fd, tx);
+                nap();
+            }
+        else if (!strcmp(s, "finish"))
+            do_finish(fd, rx);
         fflush(stdout);
         i += need + 1;
     }
