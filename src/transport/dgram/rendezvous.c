@@ -156,10 +156,8 @@ static void decline(int chan, uint8_t status)
 static void recount(struct vs_udp_sock *u)
 {
     unsigned live = 0, up = 0;
-    for (uint32_t i = 0; u->pair && i < u->cap; i++) {
-        struct vs_udp_pair *p = u->pair[i];
-        if (!p)
-            continue;
+    for (uint32_t k = 0; k < u->nmade; k++) {
+        struct vs_udp_pair *p = u->pair[u->made[k]];
         live += p->state == VS_PAIR_CALLING || p->state == VS_PAIR_ANSWERING ||
                 p->state == VS_PAIR_UP || p->rx_ok;
         up += p->state == VS_PAIR_UP;
@@ -218,9 +216,9 @@ void vs_udp_connected(struct vs_udp_sock *u, const struct sockaddr_storage *peer
     /* Others' datagrams are the kernel's to refuse from now on: their pairs
      * end, and what they wrote before stays deliverable, as datagrams the
      * kernel queued before a connect do. */
-    for (uint32_t i = 0; peer && u->pair && i < u->cap; i++)
-        if ((int)i != keep && u->pair[i])
-            vs_udp_pair_down(u, (int)i, "the socket connected to another peer");
+    for (uint32_t k = 0; peer && k < u->nmade; k++)
+        if ((int)u->made[k] != keep)
+            vs_udp_pair_down(u, (int)u->made[k], "the socket connected to another peer");
 }
 
 /* Our three descriptors for the peer: our receive ring, page, eventfd. */
@@ -547,11 +545,10 @@ static void expire(struct vs_udp_sock *u)
     for (int i = 0; i < VS_UDP_CALLERS; i++)
         if (u->caller[i] >= 0 && now > u->caller_deadline_ns[i])
             vs_udp_close(u, &u->caller[i]);
-    for (uint32_t i = 0; u->live && i < u->cap; i++) {
-        struct vs_udp_pair *p = u->pair[i];
-        if (p && (p->state == VS_PAIR_CALLING || p->state == VS_PAIR_ANSWERING) &&
-            now > p->deadline_ns)
-            vs_udp_pair_down(u, (int)i, VS_REASON_HANDSHAKE_TIMEOUT);
+    for (uint32_t k = 0; u->live && k < u->nmade; k++) {
+        struct vs_udp_pair *p = u->pair[u->made[k]];
+        if ((p->state == VS_PAIR_CALLING || p->state == VS_PAIR_ANSWERING) && now > p->deadline_ns)
+            vs_udp_pair_down(u, (int)u->made[k], VS_REASON_HANDSHAKE_TIMEOUT);
     }
 }
 

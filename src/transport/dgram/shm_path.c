@@ -98,8 +98,8 @@ int vs_udp_ring_ready(struct vs_udp_sock *u)
 {
     if (!u->live)
         return -1;
-    for (uint32_t k = 0; k < u->cap; k++) {
-        uint32_t slot = (u->next_ring + k) % u->cap;
+    for (uint32_t k = 0; k < u->nmade; k++) {
+        uint32_t slot = u->made[(u->next_ring + k) % u->nmade];
         if (ready(u, (int)slot))
             return (int)slot;
     }
@@ -156,7 +156,7 @@ ssize_t vs_udp_ring_take(struct vs_udp_sock *u, int slot, struct msghdr *msg, in
     if (!peek) {
         p->ring_rx++;
         p->fresh = false;
-        u->next_ring = (uint32_t)slot + 1;
+        u->next_ring = p->made_at + 1;
     }
     return (flags & MSG_TRUNC) ? (ssize_t)m.len : n;
 }
@@ -179,8 +179,10 @@ void vs_udp_disarm(struct vs_udp_sock *u)
 uint64_t vs_udp_rx_mark(struct vs_udp_sock *u)
 {
     uint64_t mark = atomic_load(&u->rx_gone);
-    for (uint32_t i = 0; u->live && i < u->cap; i++)
-        if (u->pair[i] && u->pair[i]->rx_ok)
-            mark += vs_ring_head(&u->pair[i]->rx);
+    for (uint32_t k = 0; u->live && k < u->nmade; k++) {
+        struct vs_udp_pair *p = u->pair[u->made[k]];
+        if (p->rx_ok)
+            mark += vs_ring_head(&p->rx);
+    }
     return mark;
 }

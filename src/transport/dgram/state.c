@@ -75,11 +75,11 @@ static void lost(void *owner, int fd, unsigned first, unsigned last)
     for (int i = 0; i < VS_UDP_CALLERS; i++)
         if (u->caller[i] == fd)
             u->caller[i] = -1;
-    for (uint32_t i = 0; u->pair && i < u->cap; i++) {
-        struct vs_udp_pair *p = u->pair[i];
-        if (p && p->chan == fd)
+    for (uint32_t k = 0; k < u->nmade; k++) {
+        struct vs_udp_pair *p = u->pair[u->made[k]];
+        if (p->chan == fd)
             p->chan = -1;
-        if (p && p->peer_event == fd)
+        if (p->peer_event == fd)
             p->peer_event = -1;
     }
 }
@@ -161,9 +161,8 @@ void vs_udp_budget(struct vs_udp_sock *u, int fd)
 
 void vs_udp_off(struct vs_udp_sock *u, const char *reason)
 {
-    for (uint32_t i = 0; u->pair && i < u->cap; i++)
-        if (u->pair[i])
-            vs_udp_pair_down(u, (int)i, reason);
+    for (uint32_t k = 0; k < u->nmade; k++)
+        vs_udp_pair_down(u, (int)u->made[k], reason);
     vs_udp_close(u, &u->listener);
     u->off = reason;
     vs_stats_set_reason(u->stat, reason);
@@ -205,14 +204,17 @@ static bool make_table(struct vs_udp_sock *u)
         return true;
     void *mem = malloc(vs_udp_peers_size(PEERS_CAP));
     struct vs_udp_pair **pair = calloc(PEERS_CAP, sizeof(*pair));
+    uint32_t *made = calloc(PEERS_CAP, sizeof(*made));
     uint64_t seed = 0;
-    if (!mem || !pair || vs_syscall(SYS_getrandom, &seed, sizeof(seed), 0) < 0) {
+    if (!mem || !pair || !made || vs_syscall(SYS_getrandom, &seed, sizeof(seed), 0) < 0) {
         free(mem);
         free(pair);
+        free(made);
         return false;
     }
     u->peers = vs_udp_peers_init(mem, PEERS_CAP, seed);
     u->pair = pair;
+    u->made = made;
     u->cap = PEERS_CAP;
     return true;
 }
@@ -235,7 +237,9 @@ struct vs_udp_pair *vs_udp_pair_for(struct vs_udp_sock *u, const struct sockaddr
             return NULL;
         p->chan = p->peer_event = -1;
         p->peer = *addr;
+        p->made_at = u->nmade;
         u->pair[at] = p;
+        u->made[u->nmade++] = (uint32_t)at;
     }
     return u->pair[at];
 }
@@ -260,14 +264,12 @@ static void forget_pair(struct vs_udp_sock *u, struct vs_udp_pair *p)
 void vs_udp_free(struct vs_udp_sock *u)
 {
     bool ours = u->pid == my_pid;
-    for (uint32_t i = 0; u->pair && i < u->cap; i++) {
-        struct vs_udp_pair *p = u->pair[i];
-        if (!p)
-            continue;
-        if (ours)
-            vs_udp_pair_down(u, (int)i, NULL);
+    /* Every pair ends first (each end recounts the others), then goes. */
+    for (uint32_t k = 0; ours && k < u->nmade; k++)
+        vs_udp_pair_down(u, (int)u->made[k], NULL);
+    for (uint32_t k = 0; k < u->nmade; k++) {
+        struct vs_udp_pair *p = u->pair[u->made[k]];
         forget_pair(u, p);
-        u->pair[i] = NULL; /* the next pair's end counts those left */
         free(p);
     }
     for (int i = 0; i < VS_UDP_CALLERS; i++)
@@ -280,6 +282,7 @@ void vs_udp_free(struct vs_udp_sock *u)
         munmap(u->page, VS_UDP_PAGE_SIZE);
     free(u->peers);
     free(u->pair);
+    free(u->made);
     pthread_mutex_destroy(&u->lock);
     free(u);
 }

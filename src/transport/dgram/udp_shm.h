@@ -68,6 +68,7 @@ struct vs_udp_pair {
     long next_look_ns;                   /* producer: next look for a hang-up */
     uint64_t ring_tx, ring_rx;           /* datagrams written, delivered, on the rings */
     uint64_t ring_full;                  /* dropped: the receiver held its capacity */
+    uint32_t made_at;                    /* its place in the socket's made[] */
 };
 
 /* A caller on our rendezvous whose HELLO is not read yet. */
@@ -92,9 +93,14 @@ struct vs_udp_sock {
     struct vs_udp_peers *peers;
     struct vs_udp_pair **pair; /* by peer slot, NULL until needed */
     uint32_t cap;
+    /* The slots that have a pair, in the order made (a pair lives as long
+     * as the socket): the sweeps visit these, not all cap slots, which cost
+     * a scan of the whole table per receive. */
+    uint32_t *made;
+    uint32_t nmade;
     unsigned live;      /* pairs with a set-up under way or a ring to read */
     unsigned up;        /* pairs up */
-    unsigned next_ring; /* where the next sweep starts: every ring gets its turn */
+    unsigned next_ring; /* where in made[] the next sweep starts: every ring gets its turn */
     unsigned ring_run;  /* ring datagrams delivered since the kernel was last read */
     int peek;           /* where the last MSG_PEEK looked: -1, VS_UDP_PEEK_KERNEL, or a slot */
     bool connected;
