@@ -116,9 +116,11 @@ static bool rings_ready(void *arg, const void *unused)
  * and returns with U unlocked. */
 static int sleep_rx(struct vs_udp_sock *u, int fd, struct vs_blocking *b)
 {
-    vs_blocking_start(b, fd);
     if (u->up && vs_spin_until(rings_ready, u, NULL))
         return 0;
+    /* The timeout is looked up (a system call) only for a sleep: the spin is
+     * far shorter than the kernel's own timeouts are exact. */
+    vs_blocking_start(b, fd);
     long left = -1;
     if (b->deadline >= 0 && (left = b->deadline - vs_now_ns()) <= 0)
         return -ETIMEDOUT;
@@ -163,9 +165,15 @@ ssize_t vs_dgram_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flag
     lock(u);
     vs_udp_use(u, fd);
     maybe_service(u, fd);
-    bool nonblock = (flags & MSG_DONTWAIT) || vs_fd_nonblocking(fd);
+    /* Whether the call may sleep is asked of the kernel (a system call)
+     * only once it matters: not for a datagram waiting in a ring. */
+    bool nonblock = flags & MSG_DONTWAIT, asked = nonblock;
     /* Nothing off the kernel: the kernel's call, unless it would sleep
      * there while a peer calls our rendezvous (a sleep here wakes for it). */
+    if (!u->live && u->listener >= 0 && !asked) {
+        nonblock = vs_fd_nonblocking(fd);
+        asked = true;
+    }
     if (!u->live && (nonblock || u->listener < 0)) {
         unlock(u);
         return vs_real.recvmsg(fd, msg, flags);
@@ -174,6 +182,10 @@ ssize_t vs_dgram_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flag
     ssize_t n;
     for (;;) {
         n = take_one(u, fd, msg, flags);
+        if (n == -EAGAIN && !asked) {
+            nonblock = vs_fd_nonblocking(fd);
+            asked = true;
+        }
         if (n != -EAGAIN || nonblock)
             break;
         unlock(u);
