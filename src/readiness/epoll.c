@@ -928,6 +928,11 @@ static void forget_set(int epfd)
 
 void vs_epoll_fd_closing(int fd)
 {
+    /* No record was ever made (most programs that close many sockets, one
+     * per short connection): nothing here can name FD. A record made later
+     * is of a descriptor still open then. */
+    if (!sets)
+        return;
     /* An epoll fd: its records go with it. (Read without the lock: a set
      * being filled by another thread while we close it is the user's race.) */
     if (fd >= 0 && fd < MAX_EPFD && (has_records(fd) || kick_in[fd])) {
