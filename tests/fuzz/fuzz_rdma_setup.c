@@ -168,11 +168,14 @@ static void call_connector(struct fz_in *in)
     e.id = fake_id(&s.conn_addr, &from);
     int before = hs();
     fake.rejected = fake.accepted = false;
+    fake.stale = how & 2; /* the caller gave up on this request meanwhile */
     vs_rdma_on_cm_event(s.c, &e);
-    FZ_TRACE("call: %u bytes, magic %#x version %u, tx %lu rx %lu%s: %s %u, state %d\n",
+    fake.stale = false;
+    FZ_TRACE("call: %u bytes, magic %#x version %u, tx %lu rx %lu%s%s: %s %u, state %d\n",
              e.pdata_len, req.magic, req.version, (unsigned long)req.tx, (unsigned long)req.rx,
-             how & 1 ? " from another host" : "", fake.accepted ? "accepted" : "rejected, code",
-             fake.accepted ? 0 : fake.reject_code, hs());
+             how & 1 ? " from another host" : "", how & 2 ? ", gone stale" : "",
+             fake.accepted ? "accepted" : "rejected, code", fake.accepted ? 0 : fake.reject_code,
+             hs());
     /* What the connector must answer, in the order it checks. */
     uint16_t want = VS_RDMA_REJECT_NONE;
     /* This caller's view; ours only if it is the one accepted. */
@@ -190,6 +193,8 @@ static void call_connector(struct fz_in *in)
         want = VS_RDMA_REJECT_DECLINE;
     else if (vs_rdma_proof_covered(p) == 0)
         want = VS_RDMA_REJECT_NOT_YET;
+    else if (how & 2) /* no queue pair for it: the caller's next call */
+        want = VS_RDMA_REJECT_BUSY;
     if (want != VS_RDMA_REJECT_NONE) {
         FZ_CHECK(fake.rejected && fake.reject_code == want && hs() == before,
                  "a call answered %s %u (state %d), not rejected %u",

@@ -281,7 +281,7 @@ const char *ibv_wc_status_str(enum ibv_wc_status status)
 int rdma_create_qp(struct rdma_cm_id *i, struct ibv_pd *p, struct ibv_qp_init_attr *attr)
 {
     FZ_CHECK(p == &pd && attr->qp_type == IBV_QPT_RC, "a queue pair not RC or not ours");
-    if (fake.no_inline && attr->cap.max_inline_data) {
+    if (fake.stale || (fake.no_inline && attr->cap.max_inline_data)) {
         errno = EINVAL;
         return -1;
     }

@@ -54,6 +54,9 @@ struct fake {
     uint8_t pdata_len;
     /* rdma_create_qp fails while this is set (no inline data: the retry). */
     bool no_inline;
+    /* The connection manager dropped the request being answered: its id
+     * gives a queue pair no attributes (EINVAL, with or without inline). */
+    bool stale;
     /* Called at every send posted, before it is queued: the harness's checks. */
     void (*on_post)(const struct fake_wr *wr);
 };

@@ -107,8 +107,10 @@ int vs_rdma_verbs_setup(struct vs_rdma_conn *c, struct rdma_cm_id *id)
     if (rdma_create_qp(id, c->pd, &attr) < 0) {
         /* The device may not inline that much: without. */
         attr.cap.max_inline_data = 0;
+        /* EINVAL: the connection manager had no attributes for the queue
+         * pair, the request being gone (the caller gave up on it). */
         if (rdma_create_qp(id, c->pd, &attr) < 0)
-            return -errno;
+            return errno == EINVAL ? -ESTALE : -errno;
     }
     c->qp = id->qp;
     c->inline_max = attr.cap.max_inline_data;
