@@ -52,7 +52,11 @@ server_client() {
 # connection closed while its set-up was under way counts towards MIN: an
 # end's set-up finishes only at its program's calls, and a short connection
 # may make its last one before the peer's last set-up message arrives (an
-# ordering the emulated pair's speed decides, not vsocket).
+# ordering the emulated pair's speed decides, not vsocket). With
+# SETUP_SILENCE_OK=N, up to N set-ups that gave up on a peer silent past
+# the set-up's deadlines (peer-not-vsocket, handshake-timeout: the guests'
+# load decides it, and such a connection works on TCP) are allowed, said,
+# and not counted towards MIN; any other reason still fails.
 logs_on_rdma() {
   local who=$1 min=$2 up stays left closing
   shift 2
@@ -64,6 +68,12 @@ logs_on_rdma() {
   echo "$who: ms from connect to rdma: $(cat "$@" 2>/dev/null | grep -o '[0-9]* ms after' | cut -d' ' -f1 | xargs)"
   if [ "${SETUP_AT_CLOSE_OK:-0}" = 1 ]; then
     up=$((up + closing)) closing=0
+  fi
+  local silent
+  silent=$(cat "$@" 2>/dev/null | grep -c -E 'stays on the kernel: (peer-not-vsocket|handshake-timeout)' || true)
+  if [ "$silent" -gt 0 ] && [ "$silent" -le "${SETUP_SILENCE_OK:-0}" ]; then
+    echo "$who: $silent set-up(s) gave up on a peer silent past the deadlines (the guests' load; allowed here)"
+    stays=$((stays - silent)) min=$((min - silent))
   fi
   [ "$up" -ge "$min" ] && [ "$stays" = 0 ] && [ "$closing" = 0 ] && [ "$left" = 0 ] && return 0
   cat "$@" 2>/dev/null | grep -v tracked | tail -40

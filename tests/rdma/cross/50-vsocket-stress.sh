@@ -15,7 +15,10 @@ set -euo pipefail
 # starved by a CPU-heavy neighbour pauses longer than 200 ms, and its writer
 # then rightly leaves RDMA for TCP's buffers (it failed so in CI and beside a
 # busy loop), which is not what this case tests. The default's clock across
-# the link is 75-slow-link-stays' subject.
+# the link is 75-slow-link-stays' subject. Likewise one set-up may give up
+# on a peer silent past its deadlines (seen with four guests on the two
+# cores): allowed once per side, said in the output; any other reason fails
+# (a stale connect request once left one connection on TCP: no-resources).
 port=7600
 modes=5 conns=2
 log=/tmp/x-vs-$VSG_ROLE.log
@@ -35,7 +38,7 @@ if [ "$VSG_ROLE" = A ]; then
   ok=0
   # The server's end of a mode's last connection may close before the
   # client's last set-up message comes (the client's end says upgraded).
-  SETUP_AT_CLOSE_OK=1 logs_on_rdma A $((modes * conns)) "$log" || ok=1
+  SETUP_AT_CLOSE_OK=1 SETUP_SILENCE_OK=1 logs_on_rdma A $((modes * conns)) "$log" || ok=1
   exit $ok
 fi
 barrier started 240
@@ -54,4 +57,4 @@ barrier done 400
       "results: $(grep -o 'result=[A-Z]*' /tmp/x-cli.log | cut -d= -f2 | xargs))"
     exit 1
   }
-logs_on_rdma B $((modes * conns)) "$log"
+SETUP_SILENCE_OK=1 logs_on_rdma B $((modes * conns)) "$log"
