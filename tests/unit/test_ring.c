@@ -1198,7 +1198,14 @@ struct racer {
     uint64_t bytes, limit;
     long reclaims, refused;
     int errors;
+    /* Reclaims the reader tried (it found the ring empty). The writer waits
+     * for one every WAIT_EVERY writes: a reader that never finds the ring
+     * empty (valgrind runs one thread at a time: 0 tries in 118,000 writes)
+     * would test no reclaim at all. */
+    _Atomic long tried;
 };
+
+#define WAIT_EVERY 512
 
 static void *race_writer(void *arg)
 {
@@ -1206,6 +1213,7 @@ static void *race_writer(void *arg)
     unsigned char buf[20000];
     uint64_t rng = 0x1234567;
     double t0 = now_s();
+    unsigned long writes = 0;
     while (w->bytes < w->limit && now_s() - t0 < STREAM_SECONDS) {
         size_t n = 1 + rng_next(&rng) % sizeof(buf);
         fill(buf, w->bytes, n);
@@ -1218,6 +1226,11 @@ static void *race_writer(void *arg)
             w->errors++;
         for (unsigned i = rng_next(&rng) % 2000; i > 0; i--)
             __asm__ volatile("" ::: "memory");
+        if (++writes % WAIT_EVERY == 0) {
+            long seen = atomic_load(&w->tried);
+            while (atomic_load(&w->tried) == seen)
+                sched_yield();
+        }
     }
     vs_ring_close_writer(w->r, false);
     return NULL;
@@ -1230,7 +1243,7 @@ static void test_reclaim_race(void)
         CHECK(0);
         return;
     }
-    struct racer w = {&p, 0, stream_bytes() / 8, 0, 0, 0};
+    struct racer w = {&p, 0, stream_bytes() / 8, 0, 0, 0, 0};
     pthread_t t;
     CHECK_EQ(pthread_create(&t, NULL, race_writer, &w), 0);
     unsigned char buf[65536], scratch[65536];
@@ -1254,6 +1267,7 @@ static void test_reclaim_race(void)
         /* Empty: reclaim at once (a clock that moves on, no idle time). */
         if (vs_ring_reclaim_consumed(&c, ++now, 0))
             w.reclaims++;
+        atomic_fetch_add(&w.tried, 1);
     }
     pthread_join(t, NULL);
     printf("reclaim race: %lu bytes, %ld reclaims tried, %lu done, %ld writes found no room\n",
