@@ -50,6 +50,13 @@ bool vs_fd_nonblocking(int fd)
     return fl >= 0 && (fl & O_NONBLOCK);
 }
 
+bool vs_call_nonblocking(int *cache, int flags, int fd)
+{
+    if (*cache < 0)
+        *cache = (flags & MSG_DONTWAIT) || vs_fd_nonblocking(fd);
+    return *cache;
+}
+
 /* A timeout option as nanoseconds; -1 when none. */
 long vs_sock_timeout_ns(int fd, int opt)
 {

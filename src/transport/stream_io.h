@@ -22,6 +22,11 @@ int vs_iov_window(const struct iovec *in, int cnt, size_t skip, uint64_t limit, 
 
 bool vs_fd_nonblocking(int fd);
 
+/* Whether this call may not block: MSG_DONTWAIT, else the descriptor's
+ * O_NONBLOCK, asked of the kernel only when the answer matters (*CACHE: -1
+ * unknown yet, set by the first ask), not on every call. */
+bool vs_call_nonblocking(int *cache, int flags, int fd);
+
 /* A timeout option (SO_RCVTIMEO, SO_SNDTIMEO) as nanoseconds; -1 when none. */
 long vs_sock_timeout_ns(int fd, int opt);
 

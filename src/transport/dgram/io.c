@@ -167,14 +167,10 @@ ssize_t vs_dgram_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flag
     maybe_service(u, fd);
     /* Whether the call may sleep is asked of the kernel (a system call)
      * only once it matters: not for a datagram waiting in a ring. */
-    bool nonblock = flags & MSG_DONTWAIT, asked = nonblock;
+    int nonblock = -1;
     /* Nothing off the kernel: the kernel's call, unless it would sleep
      * there while a peer calls our rendezvous (a sleep here wakes for it). */
-    if (!u->live && u->listener >= 0 && !asked) {
-        nonblock = vs_fd_nonblocking(fd);
-        asked = true;
-    }
-    if (!u->live && (nonblock || u->listener < 0)) {
+    if (!u->live && (u->listener < 0 || vs_call_nonblocking(&nonblock, flags, fd))) {
         unlock(u);
         return vs_real.recvmsg(fd, msg, flags);
     }
@@ -182,11 +178,7 @@ ssize_t vs_dgram_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flag
     ssize_t n;
     for (;;) {
         n = take_one(u, fd, msg, flags);
-        if (n == -EAGAIN && !asked) {
-            nonblock = vs_fd_nonblocking(fd);
-            asked = true;
-        }
-        if (n != -EAGAIN || nonblock)
+        if (n != -EAGAIN || vs_call_nonblocking(&nonblock, flags, fd))
             break;
         unlock(u);
         int rc = sleep_rx(u, fd, &b);

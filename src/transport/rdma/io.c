@@ -83,16 +83,6 @@ void vs_rdma_ask_credit(struct vs_rdma_conn *c)
         atomic_fetch_add(&c->asks_unanswered, 1);
 }
 
-/* Whether this call may not block: MSG_DONTWAIT, else the descriptor's
- * O_NONBLOCK, asked of the kernel only when the answer matters (*CACHE: -1
- * unknown yet), not on every call. */
-static bool nonblocking(int *cache, int flags, int fd)
-{
-    if (*cache < 0)
-        *cache = (flags & MSG_DONTWAIT) || vs_fd_nonblocking(fd);
-    return *cache;
-}
-
 /* ------------------------------------------------------------------ waits */
 
 /* Whether the CQ brought news since the marks in ARG2 (busy-polling). */
@@ -399,7 +389,7 @@ ssize_t vs_rdma_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags
             int cnt =
                 vs_iov_window(msg->msg_iov, (int)msg->msg_iovlen, total, VS_STREAM_NO_LIMIT, win);
             /* A large send offered: straight into a blocking reader's buffer. */
-            if (!peek && cnt > 0 && c->offer_count && !nonblocking(&nonblock, flags, fd)) {
+            if (!peek && cnt > 0 && c->offer_count && !vs_call_nonblocking(&nonblock, flags, fd)) {
                 ssize_t z = vs_rdma_zcopy_recv(c, fd, win[0].iov_base, win[0].iov_len);
                 if (z > 0) {
                     total += (size_t)z;
@@ -428,7 +418,7 @@ ssize_t vs_rdma_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags
         }
         if (total > 0 && total >= target)
             break;
-        if (nonblocking(&nonblock, flags, fd)) {
+        if (vs_call_nonblocking(&nonblock, flags, fd)) {
             err = total ? 0 : EAGAIN;
             break;
         }
@@ -543,7 +533,7 @@ static ssize_t rdma_send(struct vs_rdma_conn *c, int fd, const struct iovec *iov
             return -EPIPE;
         }
         if (in_iov == 0 && iov[i].iov_len >= vs_config.rdma_zcopy && vs_config.rdma_zcopy &&
-            !nonblocking(&nonblock, flags, fd)) {
+            !vs_call_nonblocking(&nonblock, flags, fd)) {
             ssize_t z = vs_rdma_zcopy_send(c, fd, iov[i].iov_base, iov[i].iov_len, flags);
             if (z < 0)
                 return total ? (ssize_t)total : z;
@@ -562,14 +552,14 @@ static ssize_t rdma_send(struct vs_rdma_conn *c, int fd, const struct iovec *iov
             vs_rdma_grow_ask(c);
             vs_rdma_ask_credit(c);
             if (total) {
-                *more = !nonblocking(&nonblock, flags, fd);
+                *more = !vs_call_nonblocking(&nonblock, flags, fd);
                 break;
             }
             /* Non-blocking writers too: a program that writes a lot before
              * it reads relies on the kernel's buffers however it waits. */
             if (vs_rdma_stalled(c) && vs_rdma_spill(c, fd, 0, NULL, 0) > 0)
                 return -ESTALE; /* the rest goes on TCP */
-            if (nonblocking(&nonblock, flags, fd))
+            if (vs_call_nonblocking(&nonblock, flags, fd))
                 break;
             int rc = vs_rdma_wait(c, fd, 0, &b);
             int err = rc < 0 ? vs_wait_failed(rc, &b) : 0;
@@ -594,7 +584,7 @@ static ssize_t rdma_send(struct vs_rdma_conn *c, int fd, const struct iovec *iov
         }
         if (rc == -EAGAIN) {
             /* The send queue is full: its completions free it. */
-            if (nonblocking(&nonblock, flags, fd))
+            if (vs_call_nonblocking(&nonblock, flags, fd))
                 break;
             if (total) {
                 *more = true;
