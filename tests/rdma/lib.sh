@@ -17,6 +17,14 @@
 #                       failure (the whole folder copied into $VS_CASE_KEEP if
 #                       set) and removes $tmp
 # expect_reason R       `vsocket stat --all` shows a connection with reason R
+# steps_start ROLE STEP...  vs_steps ROLE (server, client) at $IP:$port under
+#                       vsocket, in the background, with the environment in
+#                       the array steps_env; its vsocket log $tmp/vs-ROLE.log,
+#                       its output $tmp/ROLE.out, its pid in $steps_pid
+# steps_verdict CPID SPID  waits for the vs_steps client and server, shows
+#                       their verdict lines and the leaving lines of their
+#                       logs; fails unless both exited 0 and each end's
+#                       stream (bytes, checksum) is what the other sent
 set -euo pipefail
 
 BUILD=${VSOCKET_BUILD_DIR:-$PWD/build}
@@ -159,4 +167,28 @@ case_cleanup() {
   # A daemon's own children (rsync's per connection) may still be writing
   # their logs for a moment after it was stopped.
   rm -rf "$tmp" 2>/dev/null || { sleep 2; rm -rf "$tmp" || true; }
+}
+
+steps_start() {
+  local role=$1
+  shift
+  vs_run env "${steps_env[@]}" VSOCKET_LOG_FILE="$tmp/vs-$role.log" "$BUILD/bin/vs_steps" "$role" \
+    "$IP:$port" --timeout 280 "$@" >"$tmp/$role.out" 2>&1 &
+  steps_pid=$!
+  pids+=("$steps_pid")
+}
+
+steps_verdict() {
+  local cpid=$1 spid=$2 rc=0 dir side end sent rcvd
+  wait "$cpid" || rc=$?
+  wait "$spid" || rc=$?
+  grep -E '^STEP fill|^STEPS-' "$tmp/server.out" "$tmp/client.out" || true
+  grep -h "goes on TCP\|stays on the kernel" "$tmp/vs-client.log" "$tmp/vs-server.log" || true
+  [ "$rc" = 0 ] || { echo "FAIL: a program failed (exit $rc)"; return 1; }
+  for dir in "client server" "server client"; do
+    read -r side end <<<"$dir"
+    sent=$(sed -n "s/.*role=$side sent=\([0-9]*\) sent_fnv=\([0-9a-f]*\).*/\1 \2/p" "$tmp/$side.out")
+    rcvd=$(sed -n "s/.*role=$end .*rcvd=\([0-9]*\) rcvd_fnv=\([0-9a-f]*\).*/\1 \2/p" "$tmp/$end.out")
+    [ -n "$sent" ] && [ "$sent" = "$rcvd" ] || { echo "FAIL: $side sent '$sent', $end received '$rcvd'"; return 1; }
+  done
 }

@@ -198,6 +198,8 @@ void vs_rdma_conn_fork_child(void)
         c->rx_skip = 0;
         atomic_store(&c->st.rx_back_on_tcp, true);
         atomic_store(&c->st.tx_back_on_tcp, true);
+        atomic_store(&c->resending, false); /* the parent's to send */
+        c->fin_after_resend = false;
         forget_parents(c);
         /* The socket is the parent's to keep open, not ours. */
         if (c->hold_fd >= 0)

@@ -159,6 +159,16 @@ struct vs_rdma_conn {
     unsigned tx_stall_mark;         /* sends posted then: the clock waits for them (qp_lock) */
     long tx_placed_ns;              /* since when those are all placed, or 0 (qp_lock) */
     _Atomic bool tx_shut_sent;
+    /* Leaving RDMA (leave.c): our bytes [resend_at, resend_end) of the send
+     * copy go on TCP before any new one. A call that must not block sends
+     * what TCP takes and leaves the rest to the next call, as the kernel's
+     * buffers would hold it: two ends that left at once never wait on each
+     * other's resend. A spill's connection fails (RESEND_REASON) once it is
+     * done; a shutdown(SHUT_WR) meanwhile sends its FIN then. (tx) */
+    _Atomic bool resending;
+    uint64_t resend_at, resend_end;
+    const char *resend_reason;
+    bool fin_after_resend;
     /* Growth (grow.c), (tx) unless said: our first copy and where the
      * peer's first ring is, kept while we write a larger one; the copy made
      * for the ring asked for; the copy left, freed once the send queue
@@ -312,11 +322,27 @@ bool vs_rdma_wait_placed(struct vs_rdma_conn *c, long limit_ns);
 int vs_rdma_post_msg_waiting(struct vs_rdma_conn *c, const struct vs_rdma_msg *m, long limit_ns);
 
 /* leave.c: leaving RDMA for TCP (CUT). */
-/* The peer left: resends on TCP, once, what it did not read; bytes at
- * positions [ZPOS, ZPOS + ZLEN) are at ZBUF (an offer), not in the send
- * copy. 0 or -errno. (tx) */
+/* The peer left, in a blocking send of an offer: resends on TCP, once,
+ * what it did not read, all of it; bytes at positions [ZPOS, ZPOS + ZLEN)
+ * are at ZBUF (the offer), not in the send copy. 0 or -errno. (tx) */
 int vs_rdma_answer_cut(struct vs_rdma_conn *c, int fd, uint64_t zpos, const void *zbuf,
                        size_t zlen);
+/* Sends on TCP what is left to resend (the peer left, or we spilled): all
+ * of it when BLOCK, else what TCP takes now. 1 our sends are TCP's now (or
+ * nothing was to resend), 0 more is left, -errno. (tx) */
+int vs_rdma_resend_step(struct vs_rdma_conn *c, int fd, bool block);
+/* Whether a resend is under way or due (the peer's CUT, unanswered). */
+static inline bool vs_rdma_resend_due(struct vs_rdma_conn *c)
+{
+    return atomic_load(&c->resending) ||
+           (atomic_load(&c->st.tx_revert_pending) && !atomic_load(&c->st.tx_back_on_tcp));
+}
+/* The program closed the socket: what is left to resend goes on TCP
+ * before the FIN (bounded; a reset past that). (tx) */
+void vs_rdma_resend_at_close(struct vs_rdma_conn *c, int fd);
+/* At exit: what is left to resend goes on TCP, bounded (the kernel would
+ * keep sending a gone process's buffered bytes). */
+void vs_rdma_resend_at_exit(void);
 /* The sender found no room in the peer's ring, or an offer not yet
  * consumed (FULL), or room: a stall lasts while the peer's credit does not
  * move. (tx) */
@@ -330,7 +356,8 @@ bool vs_rdma_stalled(struct vs_rdma_conn *c);
  * the peer pulls it with READs it may have to resend. */
 bool vs_rdma_offer_stalled(struct vs_rdma_conn *c);
 /* ... and leaves (tx held): CUT, and resend on TCP what the peer did not
- * credit (an offer out: ZLEN bytes at ZPOS are at ZBUF). 1 left (the rest
+ * credit (an offer out: ZLEN bytes at ZPOS are at ZBUF, resent at once;
+ * else the resend begins, vs_rdma_resend_step sends it). 1 left (the rest
  * goes on TCP), 0 not now, -errno. */
 int vs_rdma_spill(struct vs_rdma_conn *c, int fd, uint64_t zpos, const void *zbuf, size_t zlen);
 /* A call asleep holding LOCK lets go of it while a thread leaving RDMA

@@ -156,7 +156,7 @@ int vs_rdma_wait(struct vs_rdma_conn *c, int fd, short tcp_events, struct vs_blo
         return err == EINTR ? -EINTR : 0;
     if (rc == 0 && !nap && !interrupted)
         return -ETIMEDOUT;
-    if (p[0].revents)
+    if (p[0].revents & ~POLLOUT) /* room only matters to a resend */
         atomic_store(&c->tcp_event, true);
     if (c->cqg)
         vs_rdma_channel_drain(c);
@@ -434,7 +434,10 @@ ssize_t vs_rdma_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags
          * leave RDMA meanwhile, and need not (this reader drains the peer,
          * so no two programs wait on each other's writes). Only a thread
          * leaving for a process event (fork) takes it meanwhile. */
-        int rc = vs_rdma_wait(c, fd, POLLIN | POLLRDHUP, &b);
+        /* Room on TCP wakes us too while a resend waits for it: the next
+         * turn sends more of it. */
+        short tcp = POLLIN | POLLRDHUP | (atomic_load(&c->resending) ? POLLOUT : 0);
+        int rc = vs_rdma_wait(c, fd, tcp, &b);
         if (rc < 0 && (err = vs_wait_failed(rc, &b)) != 0)
             break;
         vs_rdma_yield(c, &c->rx_lock);
@@ -557,8 +560,11 @@ static ssize_t rdma_send(struct vs_rdma_conn *c, int fd, const struct iovec *iov
             }
             /* Non-blocking writers too: a program that writes a lot before
              * it reads relies on the kernel's buffers however it waits. */
-            if (vs_rdma_stalled(c) && vs_rdma_spill(c, fd, 0, NULL, 0) > 0)
-                return -ESTALE; /* the rest goes on TCP */
+            if (vs_rdma_stalled(c)) {
+                int left = vs_rdma_spill(c, fd, 0, NULL, 0);
+                if (left != 0)
+                    return left > 0 ? -ESTALE : left; /* the rest goes on TCP */
+            }
             if (vs_call_nonblocking(&nonblock, flags, fd))
                 break;
             int rc = vs_rdma_wait(c, fd, 0, &b);
@@ -612,11 +618,53 @@ static ssize_t rdma_send(struct vs_rdma_conn *c, int fd, const struct iovec *iov
     return total ? (ssize_t)total : -EAGAIN;
 }
 
+/* Before any new byte of ours on TCP: what the peer did not read (all of
+ * it in a blocking send), and none after a shutdown whose FIN waits for
+ * that. 1 go on, -errno. (tx) */
+static int resend_first(struct vs_rdma_conn *c, int fd, int flags, int *nonblock)
+{
+    int rc;
+    struct vs_blocking b = VS_BLOCKING(SO_SNDTIMEO);
+    /* A blocking send waits for TCP's room as the kernel's would: a
+     * signal or SO_SNDTIMEO ends the wait (found: a program whose signal
+     * handler lets the peer read waited for ever). */
+    for (;;) {
+        if (c->fin_after_resend) {
+            rc = -EPIPE;
+            break;
+        }
+        if ((rc = vs_rdma_resend_step(c, fd, false)) != 0)
+            break;
+        if (vs_call_nonblocking(nonblock, flags, fd))
+            return -EAGAIN;
+        int w = vs_rdma_wait(c, fd, POLLOUT, &b);
+        int err = w < 0 ? vs_wait_failed(w, &b) : 0;
+        if (err)
+            return -err;
+        if (atomic_load(&c->yield_asked))
+            return -EINPROGRESS; /* the caller lets go of the send lock */
+    }
+    if (rc == -EPIPE)
+        vs_raise_sigpipe(flags);
+    return rc;
+}
+
 ssize_t vs_rdma_sendmsg(struct vs_sock *s, int fd, const struct msghdr *msg, int flags)
 {
     struct vs_rdma_conn *c = s->conn;
     vs_rdma_copy_use(c, fd);
     vs_rdma_sync(s, fd);
+    int nonblock = -1;
+    if ((flags & MSG_OOB) && vs_rdma_active(c) && (vs_rdma_resend_due(c) || c->fin_after_resend)) {
+        /* An urgent byte comes after the resend too. */
+        pthread_mutex_lock(&c->tx_lock);
+        int rc;
+        while ((rc = resend_first(c, fd, flags, &nonblock)) == -EINPROGRESS)
+            vs_rdma_yield(c, &c->tx_lock);
+        pthread_mutex_unlock(&c->tx_lock);
+        if (rc < 0)
+            return vs_errno_result(rc);
+    }
     if (!vs_rdma_active(c) || (flags & MSG_OOB))
         return vs_real.sendmsg(fd, msg, flags);
     pthread_mutex_lock(&c->tx_lock);
@@ -632,7 +680,13 @@ ssize_t vs_rdma_sendmsg(struct vs_sock *s, int fd, const struct msghdr *msg, int
         rest.msg_iov = win;
         rest.msg_iovlen = (size_t)vs_iov_window(msg->msg_iov, (int)msg->msg_iovlen, done,
                                                 VS_STREAM_NO_LIMIT, win);
-        int rc = vs_rdma_answer_cut(c, fd, 0, NULL, 0);
+        int rc = vs_rdma_resend_due(c) || c->fin_after_resend
+                     ? resend_first(c, fd, flags, &nonblock)
+                     : 1;
+        if (rc == -EINPROGRESS) {
+            vs_rdma_yield(c, &c->tx_lock);
+            continue;
+        }
         if (rc < 0) {
             n = rc;
             break;
@@ -745,8 +799,14 @@ int vs_rdma_shutdown(struct vs_sock *s, int fd, int how)
     pthread_mutex_lock(&c->tx_lock);
     /* The peer left (its CUT may have waited in the CQ): what it did not
      * read goes on TCP before our FIN, or its stream ends short (found by
-     * cases/spill-backlog.sh: the peer's reads ended 64 KiB early). */
-    vs_rdma_answer_cut(c, fd, 0, NULL, 0);
+     * cases/spill-backlog.sh: the peer's reads ended 64 KiB early). What
+     * TCP cannot take now is left to the calls that follow, with the FIN
+     * after it: shutdown never waits, on the kernel. */
+    if (vs_rdma_resend_step(c, fd, false) == 0) {
+        c->fin_after_resend = true;
+        pthread_mutex_unlock(&c->tx_lock);
+        return how == SHUT_RDWR ? vs_real.shutdown(fd, SHUT_RD) : 0;
+    }
     if (vs_rdma_active(c)) {
         if (!atomic_load(&c->st.tx_switched))
             c->st.tx_shut = true; /* the FIN goes on TCP: never switch */
@@ -793,9 +853,8 @@ void vs_rdma_close(struct vs_rdma_conn *c)
         return;
     }
     pthread_mutex_lock(&c->tx_lock);
-    /* The peer left and has not had again what it did not read: it goes
-     * on TCP before the FIN. */
-    vs_rdma_answer_cut(c, c->hold_fd, 0, NULL, 0);
+    /* What the peer did not read goes on TCP before the FIN. */
+    vs_rdma_resend_at_close(c, c->hold_fd);
     /* Nothing of ours on the ring (never switched, or back on TCP): the
      * FIN can overtake nothing, and must not wait for the reaper. */
     bool on_rdma = vs_stream_tx_on_transport(&c->st);

@@ -56,18 +56,20 @@ static long spill_ns(void)
 
 /* ---------------------------------------------------------------- resend */
 
-/* Sends LEN bytes at BUF on TCP, waiting for room as a blocking send. */
+/* Sends LEN bytes at BUF on TCP, waiting for room as a blocking send.
+ * 0 or -errno. */
 static int tcp_send_all(struct vs_rdma_conn *c, int fd, const char *buf, size_t len)
 {
     while (len > 0) {
-        ssize_t n = vs_real.send(fd, buf, len, MSG_NOSIGNAL);
+        ssize_t n = vs_real.send(fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n < 0) {
-            if (errno == EAGAIN) {
-                struct pollfd p = {.fd = fd, .events = POLLOUT};
-                vs_real.poll(&p, 1, 100);
+            if (errno == EINTR)
                 continue;
-            }
-            return -errno;
+            if (errno != EAGAIN)
+                return -errno;
+            struct pollfd p = {.fd = fd, .events = POLLOUT};
+            vs_real.poll(&p, 1, 100);
+            continue;
         }
         buf += n;
         len -= (size_t)n;
@@ -76,61 +78,210 @@ static int tcp_send_all(struct vs_rdma_conn *c, int fd, const char *buf, size_t 
     return 0;
 }
 
-/* Resends on TCP our transport data from FROM to our head: from the send
- * copy, and bytes at [ZPOS, ZPOS + ZLEN) from ZBUF (an offer, not in the
- * copy). (tx) */
-static int resend(struct vs_rdma_conn *c, int fd, uint64_t from, uint64_t zpos, const void *zbuf,
-                  size_t zlen)
+/* Sends what TCP takes now of the resend, from the send copy. 1 all of
+ * it, 0 TCP is full, -errno. (tx) */
+static int push(struct vs_rdma_conn *c, int fd)
 {
-    uint64_t end = c->tx_head;
+    while (c->resend_at < c->resend_end) {
+        uint64_t off = c->resend_at & (c->tx_size - 1);
+        size_t run = (size_t)(c->resend_end - c->resend_at);
+        if (run > c->tx_size - off)
+            run = (size_t)(c->tx_size - off);
+        ssize_t n = vs_real.send(fd, (char *)c->tx.mem + off, run, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return errno == EAGAIN ? 0 : -errno;
+        }
+        c->resend_at += (uint64_t)n;
+        c->st.tcp_tx += (uint64_t)n;
+    }
+    return 1;
+}
+
+/* Sends the resend, waiting for room, for as long as it takes. 1 or
+ * -errno. (tx) */
+static int push_all(struct vs_rdma_conn *c, int fd)
+{
+    int rc;
+    while ((rc = push(c, fd)) == 0) {
+        struct pollfd p = {.fd = fd, .events = POLLOUT};
+        vs_real.poll(&p, 1, 100);
+    }
+    return rc;
+}
+
+/* The same for a socket the program closed, until UNTIL_NS. It will read
+ * nothing more, so what the peer sends meanwhile is dropped (the kernel
+ * would answer it with a reset): a peer closing too, with a resend of its
+ * own, is never waited for. 1 or -errno. (tx) */
+static int push_closing(struct vs_rdma_conn *c, int fd, long until_ns)
+{
+    int rc;
+    char junk[16384];
+    while ((rc = push(c, fd)) == 0) {
+        if (vs_now_ns() >= until_ns)
+            return -ETIMEDOUT;
+        struct pollfd p = {.fd = fd, .events = POLLOUT | POLLIN};
+        if (vs_real.poll(&p, 1, 100) > 0 && (p.revents & POLLIN))
+            while (vs_real.recv(fd, junk, sizeof(junk), MSG_DONTWAIT) > 0)
+                ;
+    }
+    return rc;
+}
+
+/* Our transport data from FROM to END goes again on TCP, from the send
+ * copy; a spill's connection fails with REASON once it is sent. (tx) */
+static int resend_begin(struct vs_rdma_conn *c, uint64_t from, uint64_t end, const char *reason)
+{
     vs_debug("rdma: resending on TCP %lu bytes the peer did not read (%lu to %lu)",
              (unsigned long)(end - from), (unsigned long)from, (unsigned long)end);
-    if (from > end || (end - from > c->tx_size && !zbuf)) {
+    c->resend_reason = reason;
+    if (from > end || end - from > c->tx_size) {
         atomic_store(&c->st.violated, true);
         return -ECONNRESET;
     }
-    while (from < end) {
-        int rc;
-        size_t run;
-        if (zbuf && from >= zpos && from < zpos + zlen) {
-            run = (size_t)(zpos + zlen - from);
-            rc = tcp_send_all(c, fd, (const char *)zbuf + (from - zpos), run);
-        } else {
-            uint64_t off = from & (c->tx_size - 1);
-            uint64_t stop = zbuf && from < zpos ? zpos : end;
-            run = (size_t)(stop - from);
-            if (run > c->tx_size - off)
-                run = (size_t)(c->tx_size - off);
-            rc = tcp_send_all(c, fd, (char *)c->tx.mem + off, run);
-        }
-        if (rc < 0)
-            return rc;
-        from += run;
-    }
+    c->resend_at = from;
+    c->resend_end = end;
+    atomic_store(&c->resending, true);
+    /* Readiness: TCP's room matters now, to a sleeper of another thread
+     * too (its wait may watch nothing that would wake it). */
+    vs_rdma_bump(c);
+    vs_wake_phase_changed();
     return 0;
+}
+
+/* The resend is over: sent (RC >= 0), or not (-errno): then the stream
+ * has a gap the peer must not read past, and it ends with a reset. Our
+ * sends are TCP's from now on. (tx) */
+static void resend_over(struct vs_rdma_conn *c, int fd, int rc)
+{
+    atomic_store(&c->resending, false);
+    atomic_store(&c->st.tx_back_on_tcp, true);
+    if (rc < 0 && fd >= 0) {
+        vs_warn("rdma: what the peer did not read could not be resent on TCP (%s): "
+                "resetting the connection",
+                strerror(-rc));
+        struct linger now = {.l_onoff = 1, .l_linger = 0};
+        vs_real.setsockopt(fd, SOL_SOCKET, SO_LINGER, &now, sizeof(now));
+        vs_real.shutdown(fd, SHUT_RDWR);
+    } else if (c->fin_after_resend && fd >= 0) {
+        vs_real.shutdown(fd, SHUT_WR);
+    }
+    c->fin_after_resend = false;
+    if (c->resend_reason) {
+        pthread_mutex_lock(&c->ctl_lock);
+        vs_rdma_conn_fail(c, c->resend_reason);
+        pthread_mutex_unlock(&c->ctl_lock);
+        c->resend_reason = NULL;
+    }
+    vs_rdma_bump(c);
+}
+
+/* Resends at once, from FROM: the send copy up to ZPOS, then the offer's
+ * bytes [ZPOS, ZPOS + ZLEN) from ZBUF, the program's buffer until its
+ * blocking send returns. (tx) */
+static int resend_offer(struct vs_rdma_conn *c, int fd, uint64_t from, uint64_t zpos,
+                        const void *zbuf, size_t zlen, const char *reason)
+{
+    int rc = 0;
+    if (from < zpos)
+        rc = resend_begin(c, from, zpos, reason);
+    if (rc == 0 && from < zpos)
+        rc = push_all(c, fd);
+    if (rc >= 0 && from < zpos + zlen) {
+        uint64_t at = from > zpos ? from : zpos;
+        rc = tcp_send_all(c, fd, (const char *)zbuf + (at - zpos), (size_t)(zpos + zlen - at));
+    }
+    c->resend_reason = reason;
+    resend_over(c, fd, rc);
+    return rc < 0 ? rc : 0;
 }
 
 int vs_rdma_answer_cut(struct vs_rdma_conn *c, int fd, uint64_t zpos, const void *zbuf, size_t zlen)
 {
     if (!atomic_load(&c->st.tx_revert_pending) || atomic_load(&c->st.tx_back_on_tcp))
         return 0;
-    int rc = atomic_load(&c->st.tx_switched)
-                 ? resend(c, fd, c->st.tx_revert_consumed, zpos, zbuf, zlen)
-                 : 0;
-    atomic_store(&c->st.tx_back_on_tcp, true);
+    if (!atomic_load(&c->st.tx_switched)) {
+        atomic_store(&c->st.tx_back_on_tcp, true);
+        return 0;
+    }
+    return resend_offer(c, fd, c->st.tx_revert_consumed, zpos, zbuf, zlen, NULL);
+}
+
+/* The peer's CUT asks for a resend not begun yet: begin it. 1 nothing to
+ * resend, 0 begun, -errno (ended). (tx) */
+static int answer_begin(struct vs_rdma_conn *c, int fd)
+{
+    if (atomic_load(&c->resending))
+        return 0;
+    if (!vs_rdma_resend_due(c))
+        return 1;
+    if (!atomic_load(&c->st.tx_switched)) {
+        atomic_store(&c->st.tx_back_on_tcp, true);
+        return 1;
+    }
+    int rc = resend_begin(c, c->st.tx_revert_consumed, c->tx_head, NULL);
+    if (rc < 0)
+        resend_over(c, fd, rc);
     return rc;
 }
 
-/* The peer left: what it had not read goes on TCP at once, not at our next
- * send (which may never come: a program done sending waits to read).
- * Called from every call on the connection. */
+int vs_rdma_resend_step(struct vs_rdma_conn *c, int fd, bool block)
+{
+    int rc = answer_begin(c, fd);
+    if (rc != 0)
+        return rc;
+    rc = block ? push_all(c, fd) : push(c, fd);
+    if (rc != 0)
+        resend_over(c, fd, rc);
+    return rc;
+}
+
+/* The peer left: what it had not read goes on TCP at once, as far as TCP
+ * takes it, not at our next send (which may never come: a program done
+ * sending waits to read). Called from every call on the connection. */
 void vs_rdma_revert_if_asked(struct vs_rdma_conn *c, int fd)
 {
-    if (!atomic_load(&c->st.tx_revert_pending) || atomic_load(&c->st.tx_back_on_tcp) ||
-        pthread_mutex_trylock(&c->tx_lock) != 0)
+    if (!vs_rdma_resend_due(c) || pthread_mutex_trylock(&c->tx_lock) != 0)
         return;
-    vs_rdma_answer_cut(c, fd, 0, NULL, 0);
+    vs_rdma_resend_step(c, fd, false);
     pthread_mutex_unlock(&c->tx_lock);
+}
+
+/* How long a closed socket, or a process that exits, waits for TCP to take
+ * what is left to resend: the kernel would go on sending it; a peer that
+ * takes none of it for this long gets a reset instead. */
+#define CLOSE_RESEND_NS 30000000000L
+
+/* Before the FIN of a socket the program closed, all of it, or a reset.
+ * (tx) */
+static void resend_closing(struct vs_rdma_conn *c, int fd, long until_ns)
+{
+    int rc = answer_begin(c, fd);
+    if (rc != 0)
+        return;
+    rc = push_closing(c, fd, until_ns);
+    resend_over(c, fd, rc);
+}
+
+void vs_rdma_resend_at_close(struct vs_rdma_conn *c, int fd)
+{
+    resend_closing(c, fd, vs_now_ns() + CLOSE_RESEND_NS);
+}
+
+static void resend_at_exit(struct vs_rdma_conn *c, void *until)
+{
+    if (vs_rdma_resend_due(c) && c->hold_fd >= 0 && pthread_mutex_trylock(&c->tx_lock) == 0) {
+        resend_closing(c, c->hold_fd, *(long *)until);
+        pthread_mutex_unlock(&c->tx_lock);
+    }
+}
+
+void vs_rdma_resend_at_exit(void)
+{
+    long until = vs_now_ns() + CLOSE_RESEND_NS; /* for all of them together */
+    vs_rdma_conn_each(resend_at_exit, &until);
 }
 
 /* ----------------------------------------------------------------- leave */
@@ -243,13 +394,12 @@ int vs_rdma_spill(struct vs_rdma_conn *c, int fd, uint64_t zpos, const void *zbu
         return rc;
     vs_info("rdma: the peer has not read for %lu ms: the rest of this connection goes on TCP",
             vs_config.rdma_spill_ms);
-    /* Resent before the connection is marked gone: until then other
-     * senders wait for the send lock instead of overtaking on TCP. */
-    rc = resend(c, fd, from, zpos, zbuf, zlen);
-    atomic_store(&c->st.tx_back_on_tcp, true);
-    pthread_mutex_lock(&c->ctl_lock);
-    vs_rdma_conn_fail(c, VS_REASON_SPILLED);
-    pthread_mutex_unlock(&c->ctl_lock);
+    /* The connection is marked gone once the resend is sent: until then
+     * every sender sends the resend first instead of overtaking it. */
+    if (zbuf)
+        return (rc = resend_offer(c, fd, from, zpos, zbuf, zlen, VS_REASON_SPILLED)) < 0 ? rc : 1;
+    if ((rc = resend_begin(c, from, c->tx_head, VS_REASON_SPILLED)) < 0)
+        resend_over(c, fd, rc);
     return rc < 0 ? rc : 1;
 }
 
@@ -397,16 +547,17 @@ void vs_rdma_revert(struct vs_rdma_conn *c, int fd, const char *reason)
     long start = vs_now_ns(), took = 0;
     uint64_t from = 0;
     int said = -EAGAIN;
+    /* A spill that is still resending said its CUT already. */
     bool must_say = vs_rdma_done(c) && !atomic_load(&c->broken) && fd >= 0 &&
-                    !atomic_load(&c->st.tx_revert_pending);
+                    !atomic_load(&c->st.tx_revert_pending) && !atomic_load(&c->resending);
     if (must_say) {
         said = say_cut(c, &from);
         took = vs_now_ns() - start;
     }
     pthread_mutex_unlock(&c->ctl_lock);
     if (said == 0) {
-        resend(c, fd, from, 0, NULL, 0);
-        atomic_store(&c->st.tx_back_on_tcp, true);
+        int rc = resend_begin(c, from, c->tx_head, NULL);
+        resend_over(c, fd, rc < 0 ? rc : push_all(c, fd));
     } else if (must_say && !atomic_load(&c->st.tx_revert_pending)) {
         /* Untold, the peer would go on writing into a ring nobody reads,
          * then resend on TCP what we had read: an end, not a wrong byte.
@@ -416,8 +567,10 @@ void vs_rdma_revert(struct vs_rdma_conn *c, int fd, const char *reason)
         vs_real.shutdown(fd, SHUT_RDWR);
         fd = -1;
     } else if (fd >= 0) {
-        vs_rdma_answer_cut(c, fd, 0, NULL, 0);
+        vs_rdma_resend_step(c, fd, true);
     }
+    if (atomic_load(&c->resending))
+        resend_over(c, fd, -EBADF); /* no descriptor to send it on */
     if (fd >= 0) {
         long cross_ns = peer_may_leave(c) ? spill_ns() + CROSS_MARGIN_NS : 2 * took;
         settle_now(c, fd, cross_ns > CROSS_MIN_NS ? cross_ns : CROSS_MIN_NS);

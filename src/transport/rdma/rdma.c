@@ -81,6 +81,7 @@ static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
 
 static void reap_at_exit(void)
 {
+    vs_rdma_resend_at_exit();
     vs_rdma_reap(true);
 }
 
@@ -182,7 +183,11 @@ static unsigned tcp_interest(struct vs_sock *s, unsigned user)
      * a reader that has emptied the ring. */
     if (rx_on_rdma(c) && !atomic_load(&c->st.rx_reverted))
         want = (want & ~(unsigned)POLLIN) | POLLRDHUP;
-    if (vs_stream_tx_on_transport(&c->st))
+    /* A resend waits for TCP's room whatever the program waits for: the
+     * next call sends more of it. */
+    if (atomic_load(&c->resending))
+        want |= POLLOUT;
+    else if (vs_stream_tx_on_transport(&c->st))
         want &= ~(unsigned)POLLOUT;
     return want;
 }
@@ -223,7 +228,7 @@ static unsigned ready_rdma(struct vs_rdma_conn *c, unsigned interest)
     /* Room in the ring but not in the send queue (a peer slow to take
      * many small writes) is not writable: the send would say EAGAIN, and a
      * program told it may write would spin. A completion wakes it. */
-    if ((interest & POLLOUT) && vs_stream_tx_on_transport(&c->st) &&
+    if ((interest & POLLOUT) && vs_stream_tx_on_transport(&c->st) && !atomic_load(&c->resending) &&
         ((vs_rdma_writable(c) && vs_rdma_sq_has_room(c)) || dead ||
          atomic_load(&c->st.tx_revert_pending) || vs_rdma_stalled(c)))
         ev |= POLLOUT;
@@ -283,7 +288,8 @@ static unsigned poll_now(struct vs_sock *s, int fd, unsigned interest, int tcp_r
 static bool spins(struct vs_sock *s)
 {
     struct vs_rdma_conn *c = s->conn;
-    return vs_rdma_done(c) && (rx_on_rdma(c) || vs_stream_tx_on_transport(&c->st));
+    return vs_rdma_done(c) &&
+           (rx_on_rdma(c) || (vs_stream_tx_on_transport(&c->st) && !atomic_load(&c->resending)));
 }
 
 /* The set-up's last steps arrive on the queue pair: the connector waits
@@ -315,7 +321,7 @@ static unsigned arm(struct vs_sock *s, unsigned interest)
      * left RDMA 200 ms later). */
     if ((interest & POLLIN) && !atomic_load(&c->st.rx_back_on_tcp))
         armed |= POLLIN;
-    if ((interest & POLLOUT) && vs_stream_tx_on_transport(&c->st)) {
+    if ((interest & POLLOUT) && vs_stream_tx_on_transport(&c->st) && !atomic_load(&c->resending)) {
         armed |= POLLOUT;
         if (!vs_rdma_writable(c))
             vs_rdma_ask_credit(c);
@@ -389,7 +395,7 @@ static bool cold_attach(struct vs_sock *s, void *rec)
         return true;
     void *none = NULL;
     bool stalled = vs_stream_tx_on_transport(&c->st) && atomic_load(&c->tx_stall_ns);
-    return vs_rdma_done(c) && c->cqg && spins(s) && !stalled &&
+    return vs_rdma_done(c) && c->cqg && spins(s) && !stalled && !atomic_load(&c->resending) &&
            atomic_compare_exchange_strong(&c->cold_rec, &none, rec);
 }
 

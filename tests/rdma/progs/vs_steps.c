@@ -2,11 +2,13 @@
  * cases that must put vsocket's set-up in a given state by an order of
  * events (tests/rdma/README.md, "Set-up timeouts").
  *
- *   vs_steps server IP:PORT [--timeout S] STEP...
- *   vs_steps client IP:PORT [--timeout S] STEP...
+ *   vs_steps server IP:PORT [--timeout S] [--bufs B] STEP...
+ *   vs_steps client IP:PORT [--timeout S] [--bufs B] STEP...
  *
  * The server binds, accepts one connection and closes its listener; the
- * client connects. Then each runs its steps in order, on a blocking socket:
+ * client connects. --bufs B sets SO_SNDBUF and SO_RCVBUF to B before
+ * (the kernel's buffers then hold what B allows, not what autotuning
+ * grows to). Then each runs its steps in order, on a blocking socket:
  *
  *   send N              sends the next N bytes of this end's stream
  *   recv N              receives N bytes and compares them, byte by byte,
@@ -237,7 +239,6 @@ static void do_close(int fd)
 }
 
 /* Shuts our side down and takes the peer's stream to its end. */
-/* Shuts our side down and takes the peer's stream to its end. */
 static void do_finish(int fd, struct stream *rx)
 {
     if (shutdown(fd, SHUT_WR) < 0)
@@ -250,7 +251,7 @@ static void do_finish(int fd, struct stream *rx)
         fail("close");
 }
 
-static int open_conn(bool server, const char *ipport)
+static int open_conn(bool server, const char *ipport, int bufs)
 {
     char ip[64];
     const char *colon = strrchr(ipport, ':');
@@ -264,6 +265,9 @@ static int open_conn(bool server, const char *ipport)
     int s = socket(AF_INET, SOCK_STREAM, 0), one = 1;
     if (s < 0)
         fail("socket");
+    if (bufs > 0 && (setsockopt(s, SOL_SOCKET, SO_SNDBUF, &bufs, sizeof(bufs)) < 0 ||
+                     setsockopt(s, SOL_SOCKET, SO_RCVBUF, &bufs, sizeof(bufs)) < 0))
+        fail("setsockopt SO_SNDBUF/SO_RCVBUF");
     if (!server) {
         if (connect(s, (void *)&a, sizeof(a)) < 0)
             fail("connect");
@@ -345,7 +349,7 @@ static void run(int fd, int argc, char **argv, int i, struct stream *tx, struct 
 int main(int argc, char **argv)
 {
     if (argc < 3 || (strcmp(argv[1], "server") && strcmp(argv[1], "client"))) {
-        fprintf(stderr, "usage: vs_steps server|client IP:PORT [--timeout S] STEP...\n");
+        fprintf(stderr, "usage: vs_steps server|client IP:PORT [--timeout S] [--bufs B] STEP...\n");
         return 2;
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -353,9 +357,14 @@ int main(int argc, char **argv)
     role = argv[1];
     int i = 3;
     unsigned timeout = 300;
-    if (argc > 4 && !strcmp(argv[3], "--timeout")) {
-        timeout = (unsigned)atoi(argv[4]);
-        i = 5;
+    int bufs = 0;
+    for (; i + 1 < argc && !strncmp(argv[i], "--", 2); i += 2) {
+        if (!strcmp(argv[i], "--timeout"))
+            timeout = (unsigned)atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--bufs"))
+            bufs = atoi(argv[i + 1]);
+        else
+            break;
     }
     if (!script_ok(argc, argv, i)) {
         fprintf(stderr, "vs_steps: an unknown step or one short of its arguments\n");
@@ -363,7 +372,7 @@ int main(int argc, char **argv)
     }
     signal(SIGALRM, on_alarm);
     alarm(timeout);
-    int fd = open_conn(server, argv[2]);
+    int fd = open_conn(server, argv[2], bufs);
     struct stream tx = {.seed = server ? 2 : 1, .fnv = 0xcbf29ce484222325ull};
     struct stream rx = {.seed = server ? 1 : 2, .fnv = 0xcbf29ce484222325ull};
     run(fd, argc, argv, i, &tx, &rx);
