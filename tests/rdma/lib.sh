@@ -21,10 +21,11 @@
 #                       vsocket, in the background, with the environment in
 #                       the array steps_env; its vsocket log $tmp/vs-ROLE.log,
 #                       its output $tmp/ROLE.out, its pid in $steps_pid
-# steps_verdict CPID SPID  waits for the vs_steps client and server, shows
-#                       their verdict lines and the leaving lines of their
-#                       logs; fails unless both exited 0 and each end's
-#                       stream (bytes, checksum) is what the other sent
+# steps_verdict CPID SPID [spilled]  waits for the vs_steps client and server,
+#                       shows their verdict lines and the leaving lines of
+#                       their logs; fails unless both exited 0 and each end's
+#                       stream (bytes, checksum) is what the other sent (and,
+#                       with "spilled", the client's log says it left RDMA)
 set -euo pipefail
 
 BUILD=${VSOCKET_BUILD_DIR:-$PWD/build}
@@ -191,4 +192,6 @@ steps_verdict() {
     rcvd=$(sed -n "s/.*role=$end .*rcvd=\([0-9]*\) rcvd_fnv=\([0-9a-f]*\).*/\1 \2/p" "$tmp/$end.out")
     [ -n "$sent" ] && [ "$sent" = "$rcvd" ] || { echo "FAIL: $side sent '$sent', $end received '$rcvd'"; return 1; }
   done
+  [ "${3:-}" != spilled ] || grep -q "goes on TCP" "$tmp/vs-client.log" ||
+    { echo "FAIL: the client never left RDMA"; return 1; }
 }

@@ -214,13 +214,10 @@ void vs_rdma_conn_fork_child(void)
     }
 }
 
-/* How long a closed connection waits for its writes to be placed. */
-#define CLOSE_LINGER_NS 5000000000L
-
-void vs_rdma_conn_close_later(struct vs_rdma_conn *c)
+void vs_rdma_conn_close_later(struct vs_rdma_conn *c, long linger_ns)
 {
     pthread_mutex_lock(&list_lock);
-    c->close_deadline_ns = vs_now_ns() + CLOSE_LINGER_NS;
+    c->close_deadline_ns = vs_now_ns() + linger_ns;
     c->closing = true;
     pthread_mutex_unlock(&list_lock);
 }
@@ -233,6 +230,19 @@ static struct vs_rdma_conn *take_reapable(long now)
         if (!c->closing)
             continue;
         vs_rdma_poll(c);
+        /* A resend goes first, as far as TCP takes it at each run: one
+         * under way, or one the peer's CUT asks for since the close (its
+         * process left RDMA, and has not read all our ring). */
+        if (vs_rdma_resend_due(c)) {
+            if (pthread_mutex_trylock(&c->tx_lock) != 0)
+                continue;
+            if (!atomic_load(&c->resending))
+                c->close_deadline_ns = now + VS_RDMA_CLOSE_RESEND_NS;
+            bool over = vs_rdma_resend_closed(c, c->close_deadline_ns);
+            pthread_mutex_unlock(&c->tx_lock);
+            if (!over)
+                continue;
+        }
         if (vs_rdma_sends_done(c) || atomic_load(&c->broken) || now > c->close_deadline_ns) {
             c->closing = false;
             found = c;

@@ -246,9 +246,10 @@ void vs_rdma_conn_free(struct vs_rdma_conn *c);
 void vs_rdma_conn_fail(struct vs_rdma_conn *c, const char *reason); /* (ctl) */
 /* Calls FN on every connection of the process, under the list's lock. */
 void vs_rdma_conn_each(void (*fn)(struct vs_rdma_conn *c, void *arg), void *arg);
-/* The program let go of C with writes still in flight: it is freed (and
- * its TCP socket closed) once they are placed, or after a bound. */
-void vs_rdma_conn_close_later(struct vs_rdma_conn *c);
+/* The program let go of C with writes still in flight (on its ring, or
+ * a resend on TCP): it is freed (and its TCP socket closed) once they are
+ * placed or sent, or after LINGER_NS. */
+void vs_rdma_conn_close_later(struct vs_rdma_conn *c, long linger_ns);
 /* Frees the connections whose writes are placed; WAIT: at exit, waits for
  * them (bounded). */
 void vs_rdma_reap(bool wait);
@@ -337,9 +338,14 @@ static inline bool vs_rdma_resend_due(struct vs_rdma_conn *c)
     return atomic_load(&c->resending) ||
            (atomic_load(&c->st.tx_revert_pending) && !atomic_load(&c->st.tx_back_on_tcp));
 }
-/* The program closed the socket: what is left to resend goes on TCP
- * before the FIN (bounded; a reset past that). (tx) */
-void vs_rdma_resend_at_close(struct vs_rdma_conn *c, int fd);
+/* How long a closed socket, or a process that exits, waits for TCP to take
+ * what is left to resend: the kernel would go on sending it; a peer that
+ * takes none of it for this long gets a reset instead. */
+#define VS_RDMA_CLOSE_RESEND_NS 30000000000L
+/* A closed socket's resend (its hold descriptor), at close and at each run
+ * of the reaper: what TCP takes now, what the peer sent dropped (nobody
+ * reads it). Whether it is over: all sent, or past UNTIL_NS (a reset). (tx) */
+bool vs_rdma_resend_closed(struct vs_rdma_conn *c, long until_ns);
 /* At exit: what is left to resend goes on TCP, bounded (the kernel would
  * keep sending a gone process's buffered bytes). */
 void vs_rdma_resend_at_exit(void);

@@ -823,6 +823,8 @@ int vs_rdma_shutdown(struct vs_sock *s, int fd, int how)
  * hardware) at most CLOSE_WAIT_NS; a slower peer leaves it to the reaper,
  * which runs at the process's next close and at its exit. */
 #define CLOSE_WAIT_NS 100000000L
+/* How long a closed connection waits for its writes to be placed. */
+#define CLOSE_LINGER_NS 5000000000L
 
 /* The kernel resets (RST, the peer gets ECONNRESET) instead of ending the
  * stream when the program set SO_LINGER 0, or closes with received bytes
@@ -853,8 +855,14 @@ void vs_rdma_close(struct vs_rdma_conn *c)
         return;
     }
     pthread_mutex_lock(&c->tx_lock);
-    /* What the peer did not read goes on TCP before the FIN. */
-    vs_rdma_resend_at_close(c, c->hold_fd);
+    /* What the peer did not read goes on TCP before the FIN: what TCP
+     * takes now, the rest at the reaper's runs (close never waits, on the
+     * kernel). */
+    if (!vs_rdma_resend_closed(c, vs_now_ns() + VS_RDMA_CLOSE_RESEND_NS)) {
+        pthread_mutex_unlock(&c->tx_lock);
+        vs_rdma_conn_close_later(c, VS_RDMA_CLOSE_RESEND_NS);
+        return;
+    }
     /* Nothing of ours on the ring (never switched, or back on TCP): the
      * FIN can overtake nothing, and must not wait for the reaper. */
     bool on_rdma = vs_stream_tx_on_transport(&c->st);
@@ -863,7 +871,7 @@ void vs_rdma_close(struct vs_rdma_conn *c)
     if (!on_rdma || vs_rdma_wait_placed(c, CLOSE_WAIT_NS) || atomic_load(&c->broken))
         vs_rdma_conn_free(c);
     else
-        vs_rdma_conn_close_later(c);
+        vs_rdma_conn_close_later(c, CLOSE_LINGER_NS);
 }
 
 bool vs_rdma_ioctl(struct vs_sock *s, int fd, unsigned long req, int *value)

@@ -111,21 +111,27 @@ static int push_all(struct vs_rdma_conn *c, int fd)
     return rc;
 }
 
-/* The same for a socket the program closed, until UNTIL_NS. It will read
- * nothing more, so what the peer sends meanwhile is dropped (the kernel
- * would answer it with a reset): a peer closing too, with a resend of its
- * own, is never waited for. 1 or -errno. (tx) */
+/* What the peer sent to a socket nobody reads any more (closed, or its
+ * process exiting) is dropped, as the kernel would drop it (with a reset):
+ * a peer closing too, with a resend of its own, is never waited for. */
+static void drop_incoming(int fd)
+{
+    char junk[16384];
+    while (vs_real.recv(fd, junk, sizeof(junk), MSG_DONTWAIT) > 0)
+        ;
+}
+
+/* The resend of a socket nobody reads any more, waiting for room until
+ * UNTIL_NS. 1 or -errno. (tx) */
 static int push_closing(struct vs_rdma_conn *c, int fd, long until_ns)
 {
     int rc;
-    char junk[16384];
     while ((rc = push(c, fd)) == 0) {
         if (vs_now_ns() >= until_ns)
             return -ETIMEDOUT;
         struct pollfd p = {.fd = fd, .events = POLLOUT | POLLIN};
         if (vs_real.poll(&p, 1, 100) > 0 && (p.revents & POLLIN))
-            while (vs_real.recv(fd, junk, sizeof(junk), MSG_DONTWAIT) > 0)
-                ;
+            drop_incoming(fd);
     }
     return rc;
 }
@@ -249,13 +255,8 @@ void vs_rdma_revert_if_asked(struct vs_rdma_conn *c, int fd)
     pthread_mutex_unlock(&c->tx_lock);
 }
 
-/* How long a closed socket, or a process that exits, waits for TCP to take
- * what is left to resend: the kernel would go on sending it; a peer that
- * takes none of it for this long gets a reset instead. */
-#define CLOSE_RESEND_NS 30000000000L
-
-/* Before the FIN of a socket the program closed, all of it, or a reset.
- * (tx) */
+/* Before the FIN of a socket the program closed, all of it, or past
+ * UNTIL_NS a reset. (tx) */
 static void resend_closing(struct vs_rdma_conn *c, int fd, long until_ns)
 {
     int rc = answer_begin(c, fd);
@@ -265,9 +266,17 @@ static void resend_closing(struct vs_rdma_conn *c, int fd, long until_ns)
     resend_over(c, fd, rc);
 }
 
-void vs_rdma_resend_at_close(struct vs_rdma_conn *c, int fd)
+bool vs_rdma_resend_closed(struct vs_rdma_conn *c, long until_ns)
 {
-    resend_closing(c, fd, vs_now_ns() + CLOSE_RESEND_NS);
+    int fd = c->hold_fd;
+    if (fd < 0 || answer_begin(c, fd) != 0)
+        return true;
+    int rc = push(c, fd);
+    drop_incoming(fd);
+    if (rc == 0 && vs_now_ns() < until_ns)
+        return false;
+    resend_over(c, fd, rc == 0 ? -ETIMEDOUT : rc);
+    return true;
 }
 
 static void resend_at_exit(struct vs_rdma_conn *c, void *until)
@@ -280,7 +289,7 @@ static void resend_at_exit(struct vs_rdma_conn *c, void *until)
 
 void vs_rdma_resend_at_exit(void)
 {
-    long until = vs_now_ns() + CLOSE_RESEND_NS; /* for all of them together */
+    long until = vs_now_ns() + VS_RDMA_CLOSE_RESEND_NS; /* for all of them together */
     vs_rdma_conn_each(resend_at_exit, &until);
 }
 

@@ -22,16 +22,14 @@
 source "$(dirname "$0")/../lib.sh"
 port=7272
 case_setup resend-nonblocking
-clog=$tmp/vs-client.log
 steps_env=(VSOCKET_LOG_LEVEL=info VSOCKET_RDMA_RING=1048576 VSOCKET_RDMA_RING_MAX=1048576)
 
 steps_start server --bufs 16384 recv 64 send 64 calls-until "$tmp/vs-server.log" "upgraded to rdma on" \
   quiet-until "$tmp/up" fill touch "$tmp/filled" quiet-until "$tmp/spilled" finish
 spid=$steps_pid
 wait_port $port
-steps_start client --bufs 16384 send 64 recv 64 calls-until "$clog" "upgraded to rdma on" \
-  touch "$tmp/up" quiet-until "$tmp/filled" fill push-until "$clog" "goes on TCP" \
+steps_start client --bufs 16384 send 64 recv 64 calls-until "$tmp/vs-client.log" "upgraded to rdma on" \
+  touch "$tmp/up" quiet-until "$tmp/filled" fill push-until "$tmp/vs-client.log" "goes on TCP" \
   touch "$tmp/spilled" finish
-steps_verdict $steps_pid $spid
-grep -q "goes on TCP" "$clog" || { echo "FAIL: the client never left RDMA"; exit 1; }
+steps_verdict $steps_pid $spid spilled
 echo "resend-nonblocking: resends 30x TCP's buffers both ways, no send blocked, every byte right"

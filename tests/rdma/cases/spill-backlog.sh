@@ -24,15 +24,13 @@
 source "$(dirname "$0")/../lib.sh"
 port=7271
 case_setup spill-backlog
-clog=$tmp/vs-client.log
 steps_env=(VSOCKET_LOG_LEVEL=info VSOCKET_RDMA_RING=65536 VSOCKET_RDMA_RING_MAX=65536)
 
 steps_start server recv 64 fill touch "$tmp/backlog" calls-until "$tmp/vs-server.log" \
   "upgraded to rdma on" fill touch "$tmp/filled" quiet-until "$tmp/spilled" finish
 spid=$steps_pid
 wait_port $port
-steps_start client send 64 quiet-until "$tmp/backlog" calls-until "$clog" "upgraded to rdma on" \
-  fill quiet-until "$tmp/filled" push-until "$clog" "goes on TCP" touch "$tmp/spilled" finish
-steps_verdict $steps_pid $spid
-grep -q "goes on TCP" "$clog" || { echo "FAIL: the client never left RDMA"; exit 1; }
+steps_start client send 64 quiet-until "$tmp/backlog" calls-until "$tmp/vs-client.log" "upgraded to rdma on" \
+  fill quiet-until "$tmp/filled" push-until "$tmp/vs-client.log" "goes on TCP" touch "$tmp/spilled" finish
+steps_verdict $steps_pid $spid spilled
 echo "spill-backlog: left RDMA with a TCP backlog unread, every byte right both ways"

@@ -23,6 +23,8 @@
  *   touch F             creates file F
  *   close               shuts its sending side down, reads to the end of
  *                       the stream (no byte more may come), closes
+ *   close-at-once       closes the socket, nothing before (what it sent is
+ *                       still the peer's to read; nothing more is received)
  *   fill                sends without blocking (MSG_DONTWAIT) until a send
  *                       would block: the peer's end holds all it can
  *   push-until F TEXT   one send without blocking every 20 ms (whatever it
@@ -288,9 +290,10 @@ static int open_conn(bool server, const char *ipport, int bufs)
 /* How many arguments step S takes; -1: no such step. */
 static int step_args(const char *s)
 {
-    static const char *const names[] = {"close", "call",        "send", "recv",       "quiet-until",
-                                        "touch", "calls-until", "fill", "push-until", "finish"};
-    static const int args[] = {0, 0, 1, 1, 1, 1, 2, 0, 2, 0};
+    static const char *const names[] = {"close",       "call",   "send",         "recv",
+                                        "quiet-until", "touch",  "calls-until",  "fill",
+                                        "push-until",  "finish", "close-at-once"};
+    static const int args[] = {0, 0, 1, 1, 1, 1, 2, 0, 2, 0, 0};
     for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++)
         if (!strcmp(s, names[k]))
             return args[k];
@@ -341,6 +344,8 @@ static void run(int fd, int argc, char **argv, int i, struct stream *tx, struct 
             }
         else if (!strcmp(s, "finish"))
             do_finish(fd, rx);
+        else if (!strcmp(s, "close-at-once") && close(fd) < 0)
+            fail("close");
         fflush(stdout);
         i += need + 1;
     }
