@@ -20,6 +20,7 @@ import select
 import socket
 import struct
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from scenarios import MSG_WAITFORONE, c_addr, recvmmsg, sendmmsg  # noqa: E402
@@ -59,20 +60,46 @@ def wait_child(pid) -> int:
     return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
 
 
+def pair_up_at_both(log_path: str, ports) -> bool:
+    """Whether vsocket's log (VSOCKET_LOG_FILE, debug) says a pair is up at
+    both ends: one "pair with ADDR:PORT up" line for each of PORTS."""
+    try:
+        with open(log_path, errors="replace") as f:
+            ups = [line.split(" up", 1)[0] for line in f if "udp shm: pair with " in line
+                   and line.rstrip().endswith(" up")]
+    except OSError:
+        return False
+    return all(any(u.endswith(":%d" % p) for u in ups) for p in ports)
+
+
 def warm_up(sock, peer, rounds, first):
-    """ROUNDS ping-pongs with PEER: enough for a pair to come up. FIRST: we
-    send first. The other side's port."""
-    src = peer
-    for i in range(rounds):
-        if first:
+    """Ping-pongs with PEER until a pair can be up: ROUNDS of them, and under
+    vsocket (its log in VSOCKET_LOG_FILE) until the log says the pair is up
+    in both processes, so that what follows runs on the rings whatever the
+    machine's speed (a fixed count was not enough for a loaded one; bounded:
+    only a hang crosses it; VSOCKET_UDP_SHM=1 only). FIRST: we send first,
+    and say when it is done.
+    The other side's port."""
+    if first:
+        log = os.environ.get("VSOCKET_LOG_FILE") if os.environ.get("VSOCKET_UDP_SHM") == "1" else None
+        ports = (sock.getsockname()[1], peer[1])
+        i = 0
+        deadline = time.monotonic() + HANG / 2
+        while i < rounds or (log and not pair_up_at_both(log, ports) and time.monotonic() < deadline):
             sock.sendto(b"ping %d" % i, peer)
             data, _ = sock.recvfrom(100)
             assert data == b"pong %d" % i, data
-        else:
-            data, src = sock.recvfrom(100)
-            assert data == b"ping %d" % i, data
-            sock.sendto(b"pong %d" % i, src)
-    return src[1]
+            i += 1
+        sock.sendto(b"warm done", peer)
+        return peer[1]
+    i = 0
+    while True:
+        data, src = sock.recvfrom(100)
+        if data == b"warm done":
+            return src[1]
+        assert data == b"ping %d" % i, data
+        sock.sendto(b"pong %d" % i, src)
+        i += 1
 
 
 # --------------------------------------------------------------- scenarios
