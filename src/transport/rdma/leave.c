@@ -121,21 +121,6 @@ static void drop_incoming(int fd)
         ;
 }
 
-/* The resend of a socket nobody reads any more, waiting for room until
- * UNTIL_NS. 1 or -errno. (tx) */
-static int push_closing(struct vs_rdma_conn *c, int fd, long until_ns)
-{
-    int rc;
-    while ((rc = push(c, fd)) == 0) {
-        if (vs_now_ns() >= until_ns)
-            return -ETIMEDOUT;
-        struct pollfd p = {.fd = fd, .events = POLLOUT | POLLIN};
-        if (vs_real.poll(&p, 1, 100) > 0 && (p.revents & POLLIN))
-            drop_incoming(fd);
-    }
-    return rc;
-}
-
 /* Our transport data from FROM to END goes again on TCP, from the send
  * copy; a spill's connection fails with REASON once it is sent. (tx) */
 static int resend_begin(struct vs_rdma_conn *c, uint64_t from, uint64_t end, const char *reason)
@@ -255,17 +240,6 @@ void vs_rdma_revert_if_asked(struct vs_rdma_conn *c, int fd)
     pthread_mutex_unlock(&c->tx_lock);
 }
 
-/* Before the FIN of a socket the program closed, all of it, or past
- * UNTIL_NS a reset. (tx) */
-static void resend_closing(struct vs_rdma_conn *c, int fd, long until_ns)
-{
-    int rc = answer_begin(c, fd);
-    if (rc != 0)
-        return;
-    rc = push_closing(c, fd, until_ns);
-    resend_over(c, fd, rc);
-}
-
 bool vs_rdma_resend_closed(struct vs_rdma_conn *c, long until_ns)
 {
     int fd = c->hold_fd;
@@ -279,12 +253,16 @@ bool vs_rdma_resend_closed(struct vs_rdma_conn *c, long until_ns)
     return true;
 }
 
+/* At exit, as a closed socket's, waiting for TCP's room until UNTIL. */
 static void resend_at_exit(struct vs_rdma_conn *c, void *until)
 {
-    if (vs_rdma_resend_due(c) && c->hold_fd >= 0 && pthread_mutex_trylock(&c->tx_lock) == 0) {
-        resend_closing(c, c->hold_fd, *(long *)until);
-        pthread_mutex_unlock(&c->tx_lock);
+    if (!vs_rdma_resend_due(c) || c->hold_fd < 0 || pthread_mutex_trylock(&c->tx_lock) != 0)
+        return;
+    while (!vs_rdma_resend_closed(c, *(long *)until)) {
+        struct pollfd p = {.fd = c->hold_fd, .events = POLLOUT | POLLIN};
+        vs_real.poll(&p, 1, 100);
     }
+    pthread_mutex_unlock(&c->tx_lock);
 }
 
 void vs_rdma_resend_at_exit(void)
