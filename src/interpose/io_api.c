@@ -16,6 +16,18 @@
 #include "base/signals.h"
 #include "transport/transport.h"
 
+/* The kernel leaves errno alone when a call succeeds, and programs rely on
+ * it: ntirpc (nfs-ganesha) sets errno to 0, sends, and took the EAGAIN a
+ * transport's inner attempt had left for a full socket, then waited for
+ * room that was never short. Every call a transport served keeps, when it
+ * succeeds, the errno it came in with (BEFORE). */
+static ssize_t keep_errno(ssize_t n, int before)
+{
+    if (n >= 0)
+        errno = before;
+    return n;
+}
+
 /* Counting after the call; preserves errno. MSG_PEEK reads nothing. */
 static ssize_t done_rx(struct vs_sock *s, int fd, ssize_t n, int flags)
 {
@@ -45,8 +57,9 @@ static ssize_t conn_recv(struct vs_sock *s, int fd, const struct iovec *iov, siz
                        .msg_namelen = addr && !bad ? *addrlen : 0,
                        .msg_iov = (struct iovec *)iov,
                        .msg_iovlen = iovcnt};
+    int before = errno;
     unsigned outer = vs_signals_call_begin();
-    ssize_t n = s->ops->recvmsg(s, fd, &m, flags);
+    ssize_t n = keep_errno(s->ops->recvmsg(s, fd, &m, flags), before);
     vs_signals_call_end(outer);
     if (n >= 0 && bad) {
         errno = bad;
@@ -68,8 +81,9 @@ static ssize_t conn_send(struct vs_sock *s, int fd, const struct iovec *iov, siz
                        .msg_namelen = named ? addrlen : 0,
                        .msg_iov = (struct iovec *)iov,
                        .msg_iovlen = iovcnt};
+    int before = errno;
     unsigned outer = vs_signals_call_begin();
-    ssize_t n = s->ops->sendmsg(s, fd, &m, flags);
+    ssize_t n = keep_errno(s->ops->sendmsg(s, fd, &m, flags), before);
     vs_signals_call_end(outer);
     return n;
 }
@@ -180,8 +194,10 @@ VS_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
     VS_REAL_READY();
     VS_PASS_IF_SANDBOXED(vs_real.recvmsg(fd, msg, flags));
     struct vs_sock *s = vs_fd_get(fd);
-    if (s && s->ops)
-        return done_rx(s, fd, s->ops->recvmsg(s, fd, msg, flags), flags);
+    if (s && s->ops) {
+        int before = errno;
+        return done_rx(s, fd, keep_errno(s->ops->recvmsg(s, fd, msg, flags), before), flags);
+    }
     ssize_t n = vs_real.recvmsg(fd, msg, flags);
     return s ? done_rx(s, fd, n, flags) : n;
 }
@@ -230,10 +246,12 @@ VS_EXPORT int recvmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flags
     VS_REAL_READY();
     VS_PASS_IF_SANDBOXED(vs_real.recvmmsg(fd, vec, vlen, flags, timeout));
     struct vs_sock *s = vs_fd_get(fd);
+    int before = errno;
     unsigned outer = vs_signals_call_begin();
     int n = !s || !s->ops      ? vs_real.recvmmsg(fd, vec, vlen, flags, timeout)
             : s->ops->recvmmsg ? s->ops->recvmmsg(s, fd, vec, vlen, flags, timeout)
                                : conn_recvmmsg(s, fd, vec, vlen, flags);
+    keep_errno(n, before);
     vs_signals_call_end(outer);
     if (s) {
         if (n > 0 && !(flags & MSG_PEEK))
@@ -281,8 +299,10 @@ VS_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
     VS_REAL_READY();
     VS_PASS_IF_SANDBOXED(vs_real.sendmsg(fd, msg, flags));
     struct vs_sock *s = vs_fd_get(fd);
-    if (s && s->ops)
-        return done_tx(s, fd, s->ops->sendmsg(s, fd, msg, flags));
+    if (s && s->ops) {
+        int before = errno;
+        return done_tx(s, fd, keep_errno(s->ops->sendmsg(s, fd, msg, flags), before));
+    }
     ssize_t n = vs_real.sendmsg(fd, msg, flags);
     return s ? done_tx(s, fd, n) : n;
 }
@@ -292,10 +312,12 @@ VS_EXPORT int sendmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flags
     VS_REAL_READY();
     VS_PASS_IF_SANDBOXED(vs_real.sendmmsg(fd, vec, vlen, flags));
     struct vs_sock *s = vs_fd_get(fd);
+    int before = errno;
     unsigned outer = vs_signals_call_begin();
     int n = !s || !s->ops      ? vs_real.sendmmsg(fd, vec, vlen, flags)
             : s->ops->sendmmsg ? s->ops->sendmmsg(s, fd, vec, vlen, flags)
                                : conn_sendmmsg(s, fd, vec, vlen, flags);
+    keep_errno(n, before);
     vs_signals_call_end(outer);
     if (s) {
         if (n > 0)
@@ -309,8 +331,9 @@ VS_EXPORT int sendmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flags
  * included (base/signals.h). */
 static ssize_t conn_sendfile(struct vs_sock *s, int out_fd, int in_fd, off_t *offset, size_t count)
 {
+    int before = errno;
     unsigned outer = vs_signals_call_begin();
-    ssize_t n = s->ops->sendfile(s, out_fd, in_fd, offset, count);
+    ssize_t n = keep_errno(s->ops->sendfile(s, out_fd, in_fd, offset, count), before);
     vs_signals_call_end(outer);
     return n;
 }

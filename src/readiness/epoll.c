@@ -16,6 +16,14 @@
  * Records live in one reserved region, so that a tagged value is recognised
  * by its address (and checked by its magic and epoll fd): a user's own data
  * is never mistaken for one. They are found by (epoll fd, fd) in a hash.
+ * A tag also carries the generation of its record's slot, in the slot's
+ * low bits: a kernel registration can outlive the program's close (another
+ * reference to the file: a dup, a call in flight in another thread) and go
+ * on reporting its old tag, which must not name the record that reuses the
+ * slot (ntirpc's next connection, under the same number, got its
+ * predecessor's hang-up). The tags stay inside the region: a wider space
+ * would take in users' data (Python's epoll sets data.fd alone, and the
+ * other half of the word is whatever was on its stack).
  *
  * Event loops that add and delete a socket for every request (redis, most
  * ae/libevent clients) would pay three or four system calls per call here:
@@ -79,6 +87,8 @@
 #define REGION_SIZE (32ul << 20)
 #define MAX_EPFD 65536
 #define WATCH_TAG 1ul
+#define REC_STRIDE 256u /* a slot: the record, then its tag's generation bits */
+#define TAG_GENS (REC_STRIDE / 2)
 #define HASH_BUCKETS 65536u
 #define DORMANT_SETS 8
 #define COOL_NS 1000000L     /* quiet this long: cold */
@@ -87,6 +97,7 @@
 
 struct rec {
     uint64_t magic;
+    unsigned tag_gen; /* how many records this slot held before: see rec_tag */
     int epfd, fd;
     struct vs_sock *sock; /* identity only: check with serial, never use without a ref */
     uint64_t serial;
@@ -99,7 +110,8 @@ struct rec {
     uint32_t kev;        /* events of the TCP fd's kernel registration */
     bool disabled;       /* EPOLLONESHOT fired, or dormant */
     bool dormant;        /* deleted by the user; kernel registrations kept */
-    unsigned perm;       /* armed for good (nested set, cold): what ops->arm() returned */
+    unsigned perm;       /* armed for good (nested set, cold, or enabled while others
+                            sleep: arm_for_sleepers): what ops->arm() returned */
     bool cold;           /* in the set's cold list: see the top of this file */
     _Atomic bool kicked; /* cold, and its news was read elsewhere */
     long quiet_since;    /* when it last had something to report */
@@ -132,6 +144,7 @@ static struct {
     const struct vs_transport_ops *ops;
 } shared[SHARED_MAX];
 static unsigned shared_in[MAX_EPFD];     /* shared watches in each set */
+static unsigned sleeping[MAX_EPFD];      /* threads in a kernel wait on each set */
 static _Atomic unsigned shared_sleepers; /* threads in a kernel wait on such a set */
 /* The sets holding dormant records, and how many each. */
 static struct {
@@ -140,12 +153,30 @@ static struct {
 } dormant_sets[DORMANT_SETS];
 static _Atomic unsigned dormant_total; /* read without the lock by closes */
 
+_Static_assert(sizeof(struct rec) <= REC_STRIDE, "a record fits its slot");
+
+/* The region, where the low half of its addresses is never small: a user's
+ * data.fd (a small number) under a stale upper half must not fall in. */
+static void *region_map(void)
+{
+    void *r = MAP_FAILED;
+    for (int i = 0; i < 4; i++) {
+        void *m = mmap(NULL, REGION_SIZE, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (r != MAP_FAILED)
+            munmap(r, REGION_SIZE);
+        r = m;
+        if (r == MAP_FAILED || ((uintptr_t)r & 0xffffffffu) >= 4 * REGION_SIZE)
+            break;
+    }
+    return r;
+}
+
 static bool setup(void)
 {
     if (region)
         return true;
-    void *r = mmap(NULL, REGION_SIZE, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void *r = region_map();
     void *s = mmap(NULL, MAX_EPFD * sizeof(*sets), PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     void *b = mmap(NULL, HASH_BUCKETS * sizeof(*buckets), PROT_READ | PROT_WRITE,
@@ -169,7 +200,7 @@ static bool setup(void)
     /* The region's start is never a record: its address tags the kick
      * eventfd in the kernel sets, the words after it the shared watches. */
     size_t reserved = (SHARED_MAX + 1) * sizeof(uint64_t);
-    region_used = (reserved + sizeof(struct rec) - 1) / sizeof(struct rec) * sizeof(struct rec);
+    region_used = (reserved + REC_STRIDE - 1) / REC_STRIDE * REC_STRIDE;
     region = r;
     return true;
 }
@@ -177,18 +208,28 @@ static bool setup(void)
 static struct rec *rec_alloc(void)
 {
     struct rec *r = free_recs;
+    unsigned gen = 0;
     if (r) {
         free_recs = r->next;
+        gen = r->tag_gen + 1;
     } else {
-        if (region_used + sizeof(*r) > REGION_SIZE)
+        if (region_used + REC_STRIDE > REGION_SIZE)
             return NULL;
         r = (struct rec *)(region + region_used);
-        region_used += sizeof(*r);
+        region_used += REC_STRIDE;
     }
     memset(r, 0, sizeof(*r));
     r->magic = REC_MAGIC;
+    r->tag_gen = gen;
     r->watch = -1;
     return r;
+}
+
+/* The value R's kernel registrations carry: its address, plus its slot's
+ * generation above the watch bit (untag undoes it). */
+static uint64_t rec_tag(const struct rec *r)
+{
+    return (uint64_t)(uintptr_t)r + (uint64_t)(r->tag_gen % TAG_GENS) * 2;
 }
 
 static struct rec **bucket(int epfd, int fd)
@@ -323,12 +364,17 @@ static uint64_t shared_tag(unsigned i)
     return (uint64_t)(uintptr_t)region + (i + 1) * sizeof(uint64_t);
 }
 
+/* Whether V lies in the region, where every tag does. */
+static bool in_tag_space(uint64_t v, uintptr_t base)
+{
+    return base && v >= base && v - base < REGION_SIZE;
+}
+
 static enum tag untag(uint64_t v, int epfd, struct rec **r, bool *watch, unsigned *shared_idx)
 {
     if (region && v == kick_tag())
         return TAG_KICK;
-    if (!region || v < (uint64_t)(uintptr_t)region ||
-        v >= (uint64_t)(uintptr_t)region + region_used)
+    if (!in_tag_space(v, (uintptr_t)region))
         return TAG_USER;
     uint64_t off = v - (uint64_t)(uintptr_t)region;
     if (off <= SHARED_MAX * sizeof(uint64_t)) {
@@ -337,12 +383,13 @@ static enum tag untag(uint64_t v, int epfd, struct rec **r, bool *watch, unsigne
                   shared[*shared_idx].epfd == epfd;
         return ok ? TAG_SHARED : TAG_DEAD;
     }
-    *r = (struct rec *)(uintptr_t)(v & ~WATCH_TAG);
-    if (((uintptr_t)*r - (uintptr_t)region) % sizeof(**r))
+    uint64_t at = off / REC_STRIDE * REC_STRIDE, gen = off % REC_STRIDE / 2;
+    if (at >= region_used)
         return TAG_USER;
-    if ((*r)->magic != REC_MAGIC || (*r)->epfd != epfd)
+    *r = (struct rec *)(region + at);
+    if ((*r)->magic != REC_MAGIC || (*r)->epfd != epfd || (*r)->tag_gen % TAG_GENS != gen)
         return TAG_DEAD;
-    *watch = v & WATCH_TAG;
+    *watch = off & WATCH_TAG;
     return TAG_REC;
 }
 
@@ -483,7 +530,7 @@ static void shared_unref(struct rec *r)
  * makes the kernel look at an edge-triggered fd again. */
 static void sync_kernel(struct vs_sock *s, struct rec *r, bool rearm)
 {
-    struct epoll_event ev = {.events = tcp_events(s, r), .data.u64 = (uint64_t)(uintptr_t)r};
+    struct epoll_event ev = {.events = tcp_events(s, r), .data.u64 = rec_tag(r)};
     bool again = rearm && (ev.events & EPOLLET);
     if ((ev.events != r->kev || again) &&
         vs_real.epoll_ctl(r->epfd, EPOLL_CTL_MOD, r->fd, &ev) == 0)
@@ -500,8 +547,7 @@ static void sync_kernel(struct vs_sock *s, struct rec *r, bool rearm)
             r->watch_shared = shared_ref(r, w, s->ops);
             r->watch = r->watch_shared ? w : -1;
         } else {
-            struct epoll_event wev = {.events = EPOLLIN,
-                                      .data.u64 = (uint64_t)(uintptr_t)r | WATCH_TAG};
+            struct epoll_event wev = {.events = EPOLLIN, .data.u64 = rec_tag(r) | WATCH_TAG};
             r->watch_own = w >= 0 && vs_real.epoll_ctl(r->epfd, EPOLL_CTL_ADD, w, &wev) == 0;
             bool ok = r->watch_own || (w >= 0 && errno == EEXIST);
             r->watch = ok ? w : -1;
@@ -515,7 +561,7 @@ static void sync_kernel(struct vs_sock *s, struct rec *r, bool rearm)
  * wait, for dups of one socket in one set only. */
 static void claim_watch(struct vs_sock *s, struct rec *r)
 {
-    struct epoll_event wev = {.events = EPOLLIN, .data.u64 = (uint64_t)(uintptr_t)r | WATCH_TAG};
+    struct epoll_event wev = {.events = EPOLLIN, .data.u64 = rec_tag(r) | WATCH_TAG};
     if (r->watch == s->ops->watch_fd(s))
         r->watch_own = vs_real.epoll_ctl(r->epfd, EPOLL_CTL_ADD, r->watch, &wev) == 0;
 }
@@ -526,6 +572,35 @@ static void perm_arm(struct vs_sock *s, struct rec *r)
     if (r->perm)
         s->ops->disarm(s, r->perm);
     r->perm = nested[r->epfd] && !r->disabled ? s->ops->arm(s, interest(r)) : 0;
+}
+
+static void kick_all(void);
+
+/* R was just enabled (ADD, MOD, the ADD that revives a dormant record)
+ * while other threads sleep in a kernel wait on its set. They armed the
+ * records that were enabled when they went to sleep, not R: a one-shot
+ * record re-armed by MOD (ntirpc, nfs-ganesha's RPC library, re-arms after
+ * each request) would never wake them, and its data would wait for their
+ * timeout. The kernel's ADD and MOD wake such waits for a ready fd, and its
+ * later news reaches them; so must ours: R stays armed until it is next
+ * reported (news rings its watch fd, in the set), and news already there
+ * kicks the waits. */
+static void arm_for_sleepers(struct vs_sock *s, struct rec *r)
+{
+    if (!sleeping[r->epfd] || r->perm || r->disabled || r->cold)
+        return;
+    r->perm = s->ops->arm(s, interest(r));
+    if (s->ops->poll_fast(s, interest(r)))
+        kick_all();
+}
+
+/* R was reported: an arm for sleepers (above) has done its work. */
+static void reported(struct vs_sock *s, struct rec *r)
+{
+    if (r->perm && !r->cold && !nested[r->epfd]) {
+        s->ops->disarm(s, r->perm);
+        r->perm = 0;
+    }
 }
 
 /* --- cold records: see the top of this file --- */
@@ -786,6 +861,7 @@ static int ctl_modify(struct vs_sock *s, struct rec *r, const struct epoll_event
     r->quiet_since = vs_now_ns();
     sync_kernel(s, r, true);
     perm_arm(s, r);
+    arm_for_sleepers(s, r);
     return 0;
 }
 
@@ -826,7 +902,7 @@ static int ctl_record(int epfd, int op, int fd, struct epoll_event *event, struc
         r->events = event->events;
         r->data = event->data;
         r->quiet_since = vs_now_ns();
-        struct epoll_event ev = {.events = tcp_events(s, r), .data.u64 = (uint64_t)(uintptr_t)r};
+        struct epoll_event ev = {.events = tcp_events(s, r), .data.u64 = rec_tag(r)};
         if (vs_real.epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
             int err = errno;
             r->magic = 0;
@@ -839,6 +915,7 @@ static int ctl_record(int epfd, int op, int fd, struct epoll_event *event, struc
         rec_link(r);
         sync_kernel(s, r, false);
         perm_arm(s, r);
+        arm_for_sleepers(s, r);
         /* So that a phase change in another thread wakes its waits (a
          * nested set hears it through its records, armed for good). */
         if (!nested[epfd])
@@ -1055,6 +1132,14 @@ void vs_epoll_fork_child(void)
     for (int epfd = 0; cold_count && epfd < MAX_EPFD; epfd++)
         while (colds[epfd])
             warm(colds[epfd], NULL);
+    /* No thread of the child sleeps; arms for the parent's sleepers are
+     * the parent's to withdraw. */
+    for (int epfd = 0; sets && epfd < MAX_EPFD; epfd++) {
+        sleeping[epfd] = 0;
+        for (struct rec *r = sets[epfd]; r; r = r->next)
+            if (!nested[epfd])
+                r->perm = 0;
+    }
 }
 
 void vs_epoll_watched(int fd)
@@ -1158,7 +1243,7 @@ static void report(struct wait *w, struct rec *r, unsigned m)
     w->out[w->n++] = (struct epoll_event){.events = m, .data = r->data};
     if (r->events & EPOLLONESHOT) {
         r->disabled = true;
-        struct epoll_event none = {.events = 0, .data.u64 = (uint64_t)(uintptr_t)r};
+        struct epoll_event none = {.events = 0, .data.u64 = rec_tag(r)};
         if (vs_real.epoll_ctl(r->epfd, EPOLL_CTL_MOD, r->fd, &none) == 0)
             r->kev = 0;
     }
@@ -1232,6 +1317,8 @@ static void translate(struct wait *w, const struct epoll_event *kev, int n)
             m = edges(s, r, m, from_kernel);
             if (m)
                 report(w, r, m);
+            if (r->round == w->round)
+                reported(s, r);
         }
         if (r->perm)
             s->ops->rearm(s, r->perm);
@@ -1261,9 +1348,11 @@ static void scan(struct wait *w, bool sync)
             claim_watch(s, r);
         w->spins |= s->ops->spins(s);
         unsigned m = s->ops->poll_fast(s, interest(r));
-        if (m && (m = edges(s, r, m, 0)))
+        if (m && (m = edges(s, r, m, 0))) {
             report(w, r, m);
-        else if (sync && w->now - r->quiet_since >= COOL_NS)
+            if (r->round == w->round)
+                reported(s, r);
+        } else if (sync && w->now - r->quiet_since >= COOL_NS)
             cool(s, r, w->now);
         vs_sock_put(s);
     }
@@ -1415,6 +1504,11 @@ static int wait_translated(int epfd, struct epoll_event *events, int max, long t
             arm_all(&w, &a);
             scan(&w, false);
         }
+        /* Counted under the lock with the arming: a record enabled after
+         * it is armed for us (arm_for_sleepers). */
+        bool asleep = w.n == 0 && left != 0;
+        if (asleep)
+            sleeping[epfd]++;
         bool has_cold = colds[epfd] != NULL;
         pthread_mutex_unlock(&lock);
         /* Sliced: see VS_WAIT_SLICE_NS. */
@@ -1431,6 +1525,8 @@ static int wait_translated(int epfd, struct epoll_event *events, int max, long t
         if (on_shared)
             atomic_fetch_sub(&shared_sleepers, 1);
         pthread_mutex_lock(&lock);
+        if (asleep)
+            sleeping[epfd]--;
         disarm_all(&a);
         if (n > 0)
             translate(&w, kev, n);
@@ -1464,7 +1560,7 @@ static bool has_tags(const struct epoll_event *ev, int n)
 {
     uintptr_t base = (uintptr_t)__atomic_load_n(&region, __ATOMIC_ACQUIRE);
     for (int i = 0; base && i < n; i++)
-        if (ev[i].data.u64 >= base && ev[i].data.u64 < base + REGION_SIZE)
+        if (in_tag_space(ev[i].data.u64, base))
             return true;
     return false;
 }

@@ -573,6 +573,11 @@ def test_outq(family):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
+def test_errno_kept(family):
+    need_results(run_pair("io_errno_kept", family))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
 def test_close_one_of_two_fds(family):
     need_results(run_pair("dup_close", family, may_spill=MORE_THAN_A_RING))
 

@@ -27,6 +27,7 @@ Every check is made here (expect(...) raises CheckFailed, reported as an
 error event with the message); timings are also reported for the test to
 check. Data is pseudo-random from fixed seeds and compared with sha256.
 """
+import ctypes
 import errno
 import fcntl
 import hashlib
@@ -675,6 +676,73 @@ def _(s, ctl):
     ctl.sync("sent")
     expect(recv_exact(s, 1000) == data(83, 1000), "the request is wrong")
     s.sendall(b"r" * 10)
+    ctl.sync("done")
+    return {}
+
+
+ERRNO_ROUNDS = 40
+
+
+@scenario("io_errno_kept")
+def _(s, ctl):
+    """The kernel leaves errno alone when a call succeeds, and programs rely
+    on it: ntirpc (nfs-ganesha's RPC library) sets errno to 0, sends, then
+    reads errno; an EAGAIN that an inner attempt of vsocket's had left there
+    made it wait for room it had, for ever. Each call that succeeds here must
+    leave the errno it came in with; one refused for want of room (EAGAIN)
+    waits and goes again."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    for f in (libc.send, libc.recv):
+        f.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        f.restype = ctypes.c_ssize_t
+    for f in (libc.write, libc.read):
+        f.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t]
+        f.restype = ctypes.c_ssize_t
+    fd = s.fileno()
+    s.setblocking(False)
+    buf = ctypes.create_string_buffer(1 << 16)
+
+    def kept(what, call, ready):
+        while True:
+            ctypes.set_errno(errno.EXDEV)
+            n = call()
+            e = ctypes.get_errno()
+            if n < 0 and e == errno.EAGAIN:
+                ready()
+                continue
+            expect(n >= 0, f"{what} failed: {os.strerror(e)}")
+            expect(e == errno.EXDEV, f"{what} returned {n} and left errno "
+                                     f"{errno.errorcode.get(e, e)} (it came in as EXDEV)")
+            return n
+
+    def writable():
+        select.select([], [s], [], HANG)
+
+    def readable():
+        select.select([s], [], [], HANG)
+
+    sent = 0
+    for i in range(ERRNO_ROUNDS):
+        size = (1, 100, 4096, 16384)[i % 4]
+        sent += kept(f"send({size}, MSG_DONTWAIT)",
+                     lambda: libc.send(fd, buf, size, socket.MSG_DONTWAIT), writable)
+        sent += kept(f"write({size})", lambda: libc.write(fd, buf, size), writable)
+    ctl.sync("sent", payload=sent)
+    got = 0
+    while got < sent:
+        got += kept("recv(MSG_DONTWAIT)",
+                    lambda: libc.recv(fd, buf, len(buf), socket.MSG_DONTWAIT), readable)
+        if got < sent:
+            got += kept("read", lambda: libc.read(fd, buf, len(buf)), readable)
+    expect(got == sent, f"{got} bytes came back of {sent}")
+    ctl.sync("done")
+    return {}
+
+
+@_.b
+def _(s, ctl):
+    sent = ctl.sync("sent")["a"]
+    s.sendall(recv_exact(s, sent))
     ctl.sync("done")
     return {}
 
