@@ -105,6 +105,7 @@ MARKERS = {
     "rsync": "rsync daemon pulls and pushes (client and daemon fork with the socket open)",
     "mixed": "one end plain, the other under vsocket (kernel TCP, reason peer-not-vsocket)",
     "ceph": "a single-host Ceph cluster with rados bench, stopped daemon by daemon",
+    "nfs": "nfs-ganesha (NFSv3, VFS FSAL) with libnfs's nfs-cp and nfs-ls",
 }
 
 
