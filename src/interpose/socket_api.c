@@ -192,8 +192,9 @@ VS_EXPORT int shutdown(int fd, int how)
     struct vs_sock *s = vs_fd_get(fd);
     if (!s)
         return vs_real.shutdown(fd, how);
+    int before = errno;
     int r = s->ops ? s->ops->shutdown(s, fd, how) : vs_real.shutdown(fd, how);
-    int saved_errno = errno;
+    int saved_errno = r == 0 ? before : errno; /* a success leaves errno alone */
     vs_sock_put(s);
     errno = saved_errno;
     return r;

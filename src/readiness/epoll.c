@@ -113,6 +113,7 @@ struct rec {
     unsigned perm;       /* armed for good (nested set, cold, or enabled while others
                             sleep: arm_for_sleepers): what ops->arm() returned */
     bool cold;           /* in the set's cold list: see the top of this file */
+    bool for_sleepers;   /* PERM is an arm for the set's sleepers (arm_for_sleepers) */
     _Atomic bool kicked; /* cold, and its news was read elsewhere */
     long quiet_since;    /* when it last had something to report */
     uint64_t rx_mark, tx_mark, round;
@@ -143,9 +144,12 @@ static struct {
     unsigned refs; /* 0: free */
     const struct vs_transport_ops *ops;
 } shared[SHARED_MAX];
-static unsigned shared_in[MAX_EPFD];     /* shared watches in each set */
-static unsigned sleeping[MAX_EPFD];      /* threads in a kernel wait on each set */
-static _Atomic unsigned shared_sleepers; /* threads in a kernel wait on such a set */
+static unsigned shared_in[MAX_EPFD];      /* shared watches in each set */
+static unsigned sleeping[MAX_EPFD];       /* threads in a kernel wait on each set */
+static unsigned sleeper_arms[MAX_EPFD];   /* records of each set armed for its sleepers */
+static _Atomic unsigned sleeper_arms_all; /* their sum, read without the lock by closes */
+static int top_epfd = -1;                 /* the highest set that ever held a record */
+static _Atomic unsigned shared_sleepers;  /* threads in a kernel wait on such a set */
 /* The sets holding dormant records, and how many each. */
 static struct {
     int epfd;
@@ -155,21 +159,38 @@ static _Atomic unsigned dormant_total; /* read without the lock by closes */
 
 _Static_assert(sizeof(struct rec) <= REC_STRIDE, "a record fits its slot");
 
-/* The region, where the low half of its addresses is never small: a user's
- * data.fd (a small number) under a stale upper half must not fall in. */
+/* Whether the region at R keeps users' data out: a program that sets
+ * data.fd alone leaves the word's upper half as it found it (often a
+ * pointer's: Python's select.epoll), so a region whose addresses have a
+ * small lower half, or that straddles a 4 GiB boundary, takes such values
+ * for tags. */
+static bool region_clear(uintptr_t r)
+{
+    uint64_t lo = r & 0xffffffffu;
+    return lo >= 4 * REGION_SIZE && lo <= 0xffffffffu - REGION_SIZE;
+}
+
+/* The region, RW, at an address region_clear accepts: where the kernel puts
+ * it, or else 1 GiB into the 4 GiB blocks below (MAP_FIXED_NOREPLACE: taken
+ * only if free; a kernel before 4.17 takes it as a hint, checked). */
 static void *region_map(void)
 {
-    void *r = MAP_FAILED;
-    for (int i = 0; i < 4; i++) {
-        void *m = mmap(NULL, REGION_SIZE, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (r != MAP_FAILED)
+    const int prot = PROT_READ | PROT_WRITE, flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
+    void *r = mmap(NULL, REGION_SIZE, prot, flags, -1, 0);
+    if (r == MAP_FAILED || region_clear((uintptr_t)r))
+        return r;
+    uintptr_t block = (uintptr_t)r & ~(uintptr_t)0xffffffffu;
+    for (uintptr_t k = 1; k <= 8 && block > k << 32; k++) {
+        void *want = (void *)(block - (k << 32) + (1ul << 30));
+        void *m = mmap(want, REGION_SIZE, prot, flags | MAP_FIXED_NOREPLACE, -1, 0);
+        if (m == want) {
             munmap(r, REGION_SIZE);
-        r = m;
-        if (r == MAP_FAILED || ((uintptr_t)r & 0xffffffffu) >= 4 * REGION_SIZE)
-            break;
+            return m;
+        }
+        if (m != MAP_FAILED)
+            munmap(m, REGION_SIZE);
     }
-    return r;
+    return r; /* the rare case left: as before */
 }
 
 static bool setup(void)
@@ -279,6 +300,8 @@ static bool pass_through(int epfd)
 
 static void rec_link(struct rec *r)
 {
+    if (r->epfd > top_epfd)
+        top_epfd = r->epfd;
     list_push(r);
     struct rec **b = bucket(r->epfd, r->fd);
     r->hnext = *b;
@@ -323,6 +346,10 @@ static void shared_unref(struct rec *r);
 
 static void rec_unlink(struct rec *r)
 {
+    if (r->for_sleepers) {
+        sleeper_arms[r->epfd]--;
+        atomic_fetch_sub(&sleeper_arms_all, 1);
+    }
     shared_unref(r);
     wake_dormant(r);
     list_remove(r);
@@ -571,6 +598,11 @@ static void perm_arm(struct vs_sock *s, struct rec *r)
 {
     if (r->perm)
         s->ops->disarm(s, r->perm);
+    if (r->for_sleepers) {
+        r->for_sleepers = false;
+        sleeper_arms[r->epfd]--;
+        atomic_fetch_sub(&sleeper_arms_all, 1);
+    }
     r->perm = nested[r->epfd] && !r->disabled ? s->ops->arm(s, interest(r)) : 0;
 }
 
@@ -582,25 +614,55 @@ static void kick_all(void);
  * record re-armed by MOD (ntirpc, nfs-ganesha's RPC library, re-arms after
  * each request) would never wake them, and its data would wait for their
  * timeout. The kernel's ADD and MOD wake such waits for a ready fd, and its
- * later news reaches them; so must ours: R stays armed until it is next
- * reported (news rings its watch fd, in the set), and news already there
- * kicks the waits. */
+ * later news reaches them; so must ours: R stays armed (news rings its watch
+ * fd, in the set) until a one-shot report disables it or the set's last
+ * sleeper wakes (drop_sleeper_arms), and news already there kicks the
+ * waits. Waits skip records armed so (arm_all): one arm, one sleeper. */
 static void arm_for_sleepers(struct vs_sock *s, struct rec *r)
 {
-    if (!sleeping[r->epfd] || r->perm || r->disabled || r->cold)
+    if (!sleeping[r->epfd] || r->perm || r->disabled || r->cold || nested[r->epfd])
         return;
+    kick_ready(r->epfd);
     r->perm = s->ops->arm(s, interest(r));
+    if (r->perm) {
+        r->for_sleepers = true;
+        sleeper_arms[r->epfd]++;
+        atomic_fetch_add(&sleeper_arms_all, 1);
+    }
     if (s->ops->poll_fast(s, interest(r)))
         kick_all();
 }
 
-/* R was reported: an arm for sleepers (above) has done its work. */
+/* Withdraws R's arm for sleepers. S: its socket, or NULL when it is gone. */
+static void drop_sleeper_arm(struct vs_sock *s, struct rec *r)
+{
+    if (!r->for_sleepers)
+        return;
+    if (s)
+        s->ops->disarm(s, r->perm);
+    r->perm = 0;
+    r->for_sleepers = false;
+    sleeper_arms[r->epfd]--;
+    atomic_fetch_sub(&sleeper_arms_all, 1);
+}
+
+/* The last sleeper on EPFD woke: nobody left for the arms to wake. */
+static void drop_sleeper_arms(int epfd)
+{
+    for (struct rec *r = sets[epfd]; r && sleeper_arms[epfd]; r = r->next)
+        if (r->for_sleepers) {
+            struct vs_sock *s = rec_sock(r);
+            drop_sleeper_arm(s, r);
+            if (s)
+                vs_sock_put(s);
+        }
+}
+
+/* R was reported: a one-shot is disabled now, its arm for sleepers done. */
 static void reported(struct vs_sock *s, struct rec *r)
 {
-    if (r->perm && !r->cold && !nested[r->epfd]) {
-        s->ops->disarm(s, r->perm);
-        r->perm = 0;
-    }
+    if (r->disabled)
+        drop_sleeper_arm(s, r);
 }
 
 /* --- cold records: see the top of this file --- */
@@ -997,8 +1059,15 @@ static void forget_set(int epfd)
     nested_kick_drop(epfd);
     if (sets)
         warm_set(epfd, false); /* armed in the rings: only we can withdraw it */
-    while (sets && sets[epfd])
-        rec_unlink(sets[epfd]);
+    while (sets && sets[epfd]) {
+        struct rec *r = sets[epfd];
+        struct vs_sock *s = r->perm ? rec_sock(r) : NULL;
+        if (s) {
+            s->ops->disarm(s, r->perm); /* the connection may outlive the set */
+            vs_sock_put(s);
+        }
+        rec_unlink(r);
+    }
     nested[epfd] = false;
     kick_in[epfd] = false;
 }
@@ -1021,6 +1090,20 @@ void vs_epoll_fd_closing(int fd)
     if (forbid_cold(fd) || fd == atomic_load(&kick_fd)) {
         pthread_mutex_lock(&lock);
         cold_closing(fd);
+        pthread_mutex_unlock(&lock);
+    }
+    if (atomic_load(&sleeper_arms_all)) {
+        /* The connection may live on in a dup (ntirpc's): our arms for
+         * sleepers go with this number, while it still names the socket. */
+        pthread_mutex_lock(&lock);
+        struct vs_sock *s = vs_fd_peek(fd);
+        for (int epfd = 0; epfd <= top_epfd; epfd++) {
+            struct rec *r = sleeper_arms[epfd] ? find(epfd, fd) : NULL;
+            if (r && r->for_sleepers)
+                drop_sleeper_arm(s && s == r->sock && s->serial == r->serial ? s : NULL, r);
+        }
+        if (s)
+            vs_sock_put(s);
         pthread_mutex_unlock(&lock);
     }
     if (!atomic_load(&dormant_total))
@@ -1134,11 +1217,14 @@ void vs_epoll_fork_child(void)
             warm(colds[epfd], NULL);
     /* No thread of the child sleeps; arms for the parent's sleepers are
      * the parent's to withdraw. */
-    for (int epfd = 0; sets && epfd < MAX_EPFD; epfd++) {
-        sleeping[epfd] = 0;
+    for (int epfd = 0; sets && epfd <= top_epfd; epfd++) {
+        sleeping[epfd] = sleeper_arms[epfd] = 0;
+        atomic_store(&sleeper_arms_all, 0);
         for (struct rec *r = sets[epfd]; r; r = r->next)
-            if (!nested[epfd])
+            if (r->for_sleepers) {
                 r->perm = 0;
+                r->for_sleepers = false;
+            }
     }
 }
 
@@ -1160,7 +1246,7 @@ VS_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
             mark_nested(fd);
         return vs_real.epoll_ctl(epfd, op, fd, event);
     }
-    int r;
+    int r, before = errno;
     pthread_mutex_lock(&lock);
     /* A record left by a socket closed under this number is stale. */
     struct rec *old = find(epfd, fd);
@@ -1178,7 +1264,7 @@ VS_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
             atomic_store(&s->in_epoll_plain, true);
         r = vs_real.epoll_ctl(epfd, op, fd, event);
     }
-    int err = errno;
+    int err = r == 0 ? before : errno; /* a success leaves errno alone */
     pthread_mutex_unlock(&lock);
     vs_sock_put(s);
     errno = err;
@@ -1343,6 +1429,9 @@ static void scan(struct wait *w, bool sync)
         if (sync && r->gen != s->ops->generation(s)) {
             sync_kernel(s, r, false);
             perm_arm(s, r);
+            /* Its rings came (or went): a sleeper that was to be covered
+             * while it was young is covered now. */
+            arm_for_sleepers(s, r);
         }
         if (sync && r->watch >= 0 && !r->watch_own && !r->watch_shared)
             claim_watch(s, r);
@@ -1397,7 +1486,9 @@ static void arm_all(struct wait *w, struct armed *a)
     if (!a->sock || !a->what)
         return;
     for (struct rec *r = sets[w->epfd]; r; r = r->next) {
-        struct vs_sock *s = r->disabled ? NULL : rec_sock(r);
+        /* Armed for good already (nested, for sleepers): its watch fd is
+         * in the set. A second arm would count a second sleeper. */
+        struct vs_sock *s = r->disabled || r->perm ? NULL : rec_sock(r);
         if (!s)
             continue;
         unsigned what = s->ops->arm(s, interest(r));
@@ -1525,8 +1616,8 @@ static int wait_translated(int epfd, struct epoll_event *events, int max, long t
         if (on_shared)
             atomic_fetch_sub(&shared_sleepers, 1);
         pthread_mutex_lock(&lock);
-        if (asleep)
-            sleeping[epfd]--;
+        if (asleep && --sleeping[epfd] == 0 && sleeper_arms[epfd])
+            drop_sleeper_arms(epfd);
         disarm_all(&a);
         if (n > 0)
             translate(&w, kev, n);
@@ -1584,14 +1675,19 @@ static int translate_late(int epfd, struct epoll_event *events, int n, int max)
     return w.n;
 }
 
-static int do_wait(int epfd, struct epoll_event *events, int max, long timeout_ns,
-                   const sigset_t *mask)
+static int wait_inner(int epfd, struct epoll_event *events, int max, long timeout_ns,
+                      const sigset_t *mask)
 {
     unsigned signals = vs_signals_mark();
-    bool have = false;
+    bool have = false, counted = false;
     if (epfd >= 0 && epfd < MAX_EPFD && events && max > 0) {
         pthread_mutex_lock(&lock);
         have = has_records(epfd) || kick_in[epfd]; /* kicks are never the user's */
+        /* A sleeper too: a record added meanwhile is armed for it. */
+        if (!have && timeout_ns != 0) {
+            sleeping[epfd]++;
+            counted = true;
+        }
         pthread_mutex_unlock(&lock);
     }
     if (have)
@@ -1604,6 +1700,14 @@ static int do_wait(int epfd, struct epoll_event *events, int max, long timeout_n
     long deadline = timeout_ns < 0 ? -1 : vs_now_ns() + timeout_ns;
     struct timespec ts;
     int n = kernel_pwait2(epfd, events, max, vs_timespec(timeout_ns, &ts), mask);
+    if (counted) {
+        int err = errno;
+        pthread_mutex_lock(&lock);
+        if (--sleeping[epfd] == 0 && sleeper_arms[epfd])
+            drop_sleeper_arms(epfd);
+        pthread_mutex_unlock(&lock);
+        errno = err;
+    }
     if (n <= 0 || !has_tags(events, n))
         return n;
     n = translate_late(epfd, events, n, max);
@@ -1611,6 +1715,19 @@ static int do_wait(int epfd, struct epoll_event *events, int max, long timeout_n
     if (n > 0 || timeout_ns == 0 || (deadline >= 0 && left <= 0))
         return n;
     return wait_translated(epfd, events, max, left, mask, signals);
+}
+
+/* errno as the kernel leaves it: untouched by a wait that succeeds (our
+ * inner calls may fail on the way: a watch fd already registered by a dup's
+ * record, EEXIST). */
+static int do_wait(int epfd, struct epoll_event *events, int max, long timeout_ns,
+                   const sigset_t *mask)
+{
+    int before = errno;
+    int n = wait_inner(epfd, events, max, timeout_ns, mask);
+    if (n >= 0)
+        errno = before;
+    return n;
 }
 
 VS_EXPORT int epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout)

@@ -178,6 +178,7 @@ static int poll_translated(struct poll_state *st, struct pollfd *fds, long timeo
 
 int vs_poll(struct pollfd *fds, nfds_t nfds, long timeout_ns, const sigset_t *sigmask)
 {
+    int before = errno; /* left alone by a poll that succeeds, as the kernel does */
     unsigned signals = vs_signals_mark();
     struct vs_sock *stack_sock[STACK_FDS];
     struct vs_sock **sock = nfds <= STACK_FDS ? stack_sock : calloc(nfds, sizeof(*sock));
@@ -220,7 +221,7 @@ int vs_poll(struct pollfd *fds, nfds_t nfds, long timeout_ns, const sigset_t *si
         free(st.armed);
         errno = err;
     }
-    int err = errno;
+    int err = r >= 0 ? before : errno;
     for (nfds_t i = 0; i < nfds; i++)
         if (sock[i])
             vs_sock_put(sock[i]);
