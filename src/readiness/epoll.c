@@ -149,6 +149,7 @@ static unsigned sleeping[MAX_EPFD];       /* threads in a kernel wait on each se
 static unsigned sleeper_arms[MAX_EPFD];   /* records of each set armed for its sleepers */
 static _Atomic unsigned sleeper_arms_all; /* their sum, read without the lock by closes */
 static int top_epfd = -1;                 /* the highest set that ever held a record */
+static int top_slept = -1;                /* the highest set sleeping[] ever counted */
 static _Atomic unsigned shared_sleepers;  /* threads in a kernel wait on such a set */
 /* The sets holding dormant records, and how many each. */
 static struct {
@@ -1072,6 +1073,21 @@ static void forget_set(int epfd)
     kick_in[epfd] = false;
 }
 
+/* FD is being closed, and its connection may live on in a dup (ntirpc's):
+ * our arms for sleepers go with this number, while it still names the
+ * socket. (lock) */
+static void sleeper_closing(int fd)
+{
+    struct vs_sock *s = vs_fd_peek(fd);
+    for (int epfd = 0; epfd <= top_epfd; epfd++) {
+        struct rec *r = sleeper_arms[epfd] ? find(epfd, fd) : NULL;
+        if (r && r->for_sleepers)
+            drop_sleeper_arm(s && s == r->sock && s->serial == r->serial ? s : NULL, r);
+    }
+    if (s)
+        vs_sock_put(s);
+}
+
 void vs_epoll_fd_closing(int fd)
 {
     /* No record was ever made (most programs that close many sockets, one
@@ -1093,17 +1109,8 @@ void vs_epoll_fd_closing(int fd)
         pthread_mutex_unlock(&lock);
     }
     if (atomic_load(&sleeper_arms_all)) {
-        /* The connection may live on in a dup (ntirpc's): our arms for
-         * sleepers go with this number, while it still names the socket. */
         pthread_mutex_lock(&lock);
-        struct vs_sock *s = vs_fd_peek(fd);
-        for (int epfd = 0; epfd <= top_epfd; epfd++) {
-            struct rec *r = sleeper_arms[epfd] ? find(epfd, fd) : NULL;
-            if (r && r->for_sleepers)
-                drop_sleeper_arm(s && s == r->sock && s->serial == r->serial ? s : NULL, r);
-        }
-        if (s)
-            vs_sock_put(s);
+        sleeper_closing(fd);
         pthread_mutex_unlock(&lock);
     }
     if (!atomic_load(&dormant_total))
@@ -1139,6 +1146,8 @@ void vs_epoll_range_closing(unsigned first, unsigned last)
 {
     pthread_mutex_lock(&lock);
     for (unsigned fd = first; sets && fd <= last && fd < MAX_EPFD; fd++) {
+        if (atomic_load(&sleeper_arms_all))
+            sleeper_closing((int)fd);
         if (has_records((int)fd) || kick_in[fd])
             forget_set((int)fd);
         if (forbid_cold((int)fd) || (int)fd == atomic_load(&kick_fd))
@@ -1217,9 +1226,11 @@ void vs_epoll_fork_child(void)
             warm(colds[epfd], NULL);
     /* No thread of the child sleeps; arms for the parent's sleepers are
      * the parent's to withdraw. */
+    for (int epfd = 0; epfd <= top_slept; epfd++)
+        sleeping[epfd] = 0;
+    atomic_store(&sleeper_arms_all, 0);
     for (int epfd = 0; sets && epfd <= top_epfd; epfd++) {
-        sleeping[epfd] = sleeper_arms[epfd] = 0;
-        atomic_store(&sleeper_arms_all, 0);
+        sleeper_arms[epfd] = 0;
         for (struct rec *r = sets[epfd]; r; r = r->next)
             if (r->for_sleepers) {
                 r->perm = 0;
@@ -1473,6 +1484,7 @@ struct armed {
     unsigned *what;
     int n;
     bool shared; /* another thread sleeps on one of them: nap */
+    bool held;   /* records armed for good cover this sleep too: slice it */
 };
 
 static void arm_all(struct wait *w, struct armed *a)
@@ -1486,11 +1498,21 @@ static void arm_all(struct wait *w, struct armed *a)
     if (!a->sock || !a->what)
         return;
     for (struct rec *r = sets[w->epfd]; r; r = r->next) {
-        /* Armed for good already (nested, for sleepers): its watch fd is
-         * in the set. A second arm would count a second sleeper. */
-        struct vs_sock *s = r->disabled || r->perm ? NULL : rec_sock(r);
+        struct vs_sock *s = r->disabled ? NULL : rec_sock(r);
         if (!s)
             continue;
+        if (r->perm) {
+            /* Armed for good already (nested, for sleepers): its watch fd
+             * is in the set, and a second arm would count a second
+             * sleeper. Its wake-up may have been taken by another thread
+             * (a blocking recv reads the side channel): armed afresh, and
+             * the sleep sliced as for an arm of ours. */
+            s->ops->rearm(s, r->perm);
+            a->shared |= s->ops->shared_wait(s);
+            a->held = true;
+            vs_sock_put(s);
+            continue;
+        }
         unsigned what = s->ops->arm(s, interest(r));
         if (!what) {
             vs_sock_put(s);
@@ -1598,13 +1620,13 @@ static int wait_translated(int epfd, struct epoll_event *events, int max, long t
         /* Counted under the lock with the arming: a record enabled after
          * it is armed for us (arm_for_sleepers). */
         bool asleep = w.n == 0 && left != 0;
-        if (asleep)
-            sleeping[epfd]++;
+        if (asleep && sleeping[epfd]++ == 0 && epfd > top_slept)
+            top_slept = epfd;
         bool has_cold = colds[epfd] != NULL;
         pthread_mutex_unlock(&lock);
         /* Sliced: see VS_WAIT_SLICE_NS. */
         long slice = a.shared ? VS_WAIT_SHARED_NAP_NS : VS_WAIT_SLICE_NS;
-        if (a.n > 0 && (left < 0 || left > slice))
+        if ((a.n > 0 || a.held) && (left < 0 || left > slice))
             left = slice;
         if (has_cold && (left < 0 || left > SWEEP_NS))
             left = SWEEP_NS;
@@ -1685,7 +1707,8 @@ static int wait_inner(int epfd, struct epoll_event *events, int max, long timeou
         have = has_records(epfd) || kick_in[epfd]; /* kicks are never the user's */
         /* A sleeper too: a record added meanwhile is armed for it. */
         if (!have && timeout_ns != 0) {
-            sleeping[epfd]++;
+            if (sleeping[epfd]++ == 0 && epfd > top_slept)
+                top_slept = epfd;
             counted = true;
         }
         pthread_mutex_unlock(&lock);
