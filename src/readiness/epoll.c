@@ -991,7 +991,9 @@ static int ctl_record(int epfd, int op, int fd, struct epoll_event *event, struc
     }
     if (op == EPOLL_CTL_DEL) {
         /* Dormant: see the top of this file. */
-        if (r->perm)
+        if (r->for_sleepers)
+            drop_sleeper_arm(s, r);
+        else if (r->perm)
             s->ops->disarm(s, r->perm);
         r->perm = 0;
         if (!make_dormant(r))
@@ -1082,7 +1084,7 @@ static void sleeper_closing(int fd)
     for (int epfd = 0; epfd <= top_epfd; epfd++) {
         struct rec *r = sleeper_arms[epfd] ? find(epfd, fd) : NULL;
         if (r && r->for_sleepers)
-            drop_sleeper_arm(s && s == r->sock && s->serial == r->serial ? s : NULL, r);
+            drop_sleeper_arm(s && s == r->sock && s->serial == r->serial && s->ops ? s : NULL, r);
     }
     if (s)
         vs_sock_put(s);
