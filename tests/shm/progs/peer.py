@@ -680,7 +680,7 @@ def _(s, ctl):
     return {}
 
 
-ERRNO_ROUNDS = 40
+ERRNO_ROUNDS = 40  # 400 KB before the peer reads: the ring fills (grows; over RDMA, may spill)
 
 
 @scenario("io_errno_kept")
