@@ -103,6 +103,18 @@ static int send_with_fds(struct vs_shm_conn *c, const struct vs_shm_msg *m, cons
     return vs_unix_send(vs_shm_fd(c, c->chan), m, sizeof(*m), fds, nfds) ? 0 : -1;
 }
 
+/* A set-up message that could not be sent: the connection stays on TCP
+ * (no-resources), and the log says why (seen once under heavy load, in
+ * the compatibility suite's stress test, with no more to go on). */
+static int send_setup(struct vs_shm_conn *c, const struct vs_shm_msg *m, const int *fds, int nfds)
+{
+    if (send_with_fds(c, m, fds, nfds) == 0)
+        return 0;
+    vs_info("shm set-up: message %u not sent on the side channel: %s", (unsigned)m->type,
+            strerror(errno));
+    return -1;
+}
+
 static struct vs_shm_msg make_msg(uint16_t type, uint64_t arg, uint64_t arg2)
 {
     struct vs_shm_msg m = {
@@ -185,8 +197,10 @@ static bool proof_ok(struct vs_shm_conn *c, int chan, uint64_t fd, int proof, co
 static int create_rx_ring(struct vs_shm_conn *c, int fd)
 {
     int rc = vs_ring_create(&c->rx, vs_shm_ring_capacity(fd), VS_RING_CONSUMER);
-    if (rc < 0)
+    if (rc < 0) {
+        vs_info("shm set-up: no receive ring: %s", strerror(-rc));
         return rc;
+    }
     /* Its memfd lives until it is sent, within this call (not ours to
      * register: transient, core/ownfd.h). */
     c->rx.futex_signal = false;
@@ -196,8 +210,11 @@ static int create_rx_ring(struct vs_shm_conn *c, int fd)
 static int attach_tx_ring(struct vs_shm_conn *c, int memfd)
 {
     int rc = vs_ring_attach(&c->tx, memfd, VS_RING_PRODUCER);
-    if (rc < 0)
+    if (rc < 0) {
+        if (rc != -EPROTO)
+            vs_info("shm set-up: the peer's ring not mapped: %s", strerror(-rc));
         return rc;
+    }
     c->tx.futex_signal = false;
     vs_ring_close_fd(&c->tx);
     atomic_store_explicit(&c->tx_ready, true, memory_order_release);
@@ -290,8 +307,10 @@ static void accepter_connect(struct vs_shm_conn *c, int fd)
     if (now < c->next_try_ns)
         return;
     c->next_try_ns = now + VS_RENDEZVOUS_RETRY_NS;
-    if (c->chan < 0 && (c->chan = c->chan_no = vs_shm_own_fd(c, unix_socket())) < 0)
+    if (c->chan < 0 && (c->chan = c->chan_no = vs_shm_own_fd(c, unix_socket())) < 0) {
+        vs_info("shm set-up: no side channel: %s", strerror(errno));
         return vs_shm_conn_fail(c, VS_REASON_NO_RESOURCES);
+    }
     struct sockaddr_un un;
     socklen_t len = rendezvous_name(c, &un);
     if (vs_real.connect(c->chan, (void *)&un, len) < 0) {
@@ -311,7 +330,7 @@ static void accepter_connect(struct vs_shm_conn *c, int fd)
     messages_start(c);
     struct vs_shm_msg m = make_msg(VS_MSG_HELLO, 0, (uint64_t)fd);
     int proof = proof_fd(c->chan, fd);
-    int rc = send_with_fds(c, &m, &proof, proof >= 0);
+    int rc = send_setup(c, &m, &proof, proof >= 0);
     close_fd(&proof);
     if (rc < 0)
         return decline(c, VS_REASON_NO_RESOURCES);
@@ -388,7 +407,7 @@ static void connector_hello(struct vs_shm_conn *c, int fd, const struct vs_shm_m
         return decline(c, VS_REASON_NO_RESOURCES);
     struct vs_shm_msg ack = make_msg(VS_MSG_HELLO_ACK, c->rx.capacity, (uint64_t)fd);
     int out[2] = {c->rx.fd, proof_fd(vs_shm_fd(c, c->chan), fd)};
-    int rc = send_with_fds(c, &ack, out, out[1] >= 0 ? 2 : 1);
+    int rc = send_setup(c, &ack, out, out[1] >= 0 ? 2 : 1);
     close_fd(&out[1]);
     vs_ring_close_fd(&c->rx);
     atomic_store_explicit(&c->rx_ready, true, memory_order_release);
@@ -433,7 +452,7 @@ static void accepter_ack(struct vs_shm_conn *c, int fd, const struct vs_shm_msg 
     if (create_rx_ring(c, fd) < 0)
         return decline(c, VS_REASON_NO_RESOURCES);
     struct vs_shm_msg ready = make_msg(VS_MSG_READY, c->rx.capacity, 0);
-    rc = send_with_fds(c, &ready, &c->rx.fd, 1);
+    rc = send_setup(c, &ready, &c->rx.fd, 1);
     vs_ring_close_fd(&c->rx);
     atomic_store_explicit(&c->rx_ready, true, memory_order_release);
     if (rc < 0)
