@@ -345,12 +345,20 @@ static void wake_dormant(struct rec *r)
 
 static void shared_unref(struct rec *r);
 
+/* R's PERM no longer counts as an arm for sleepers (the arm itself is the
+ * caller's to withdraw). */
+static void unmark_for_sleepers(struct rec *r)
+{
+    if (!r->for_sleepers)
+        return;
+    r->for_sleepers = false;
+    sleeper_arms[r->epfd]--;
+    atomic_fetch_sub(&sleeper_arms_all, 1);
+}
+
 static void rec_unlink(struct rec *r)
 {
-    if (r->for_sleepers) {
-        sleeper_arms[r->epfd]--;
-        atomic_fetch_sub(&sleeper_arms_all, 1);
-    }
+    unmark_for_sleepers(r);
     shared_unref(r);
     wake_dormant(r);
     list_remove(r);
@@ -599,11 +607,7 @@ static void perm_arm(struct vs_sock *s, struct rec *r)
 {
     if (r->perm)
         s->ops->disarm(s, r->perm);
-    if (r->for_sleepers) {
-        r->for_sleepers = false;
-        sleeper_arms[r->epfd]--;
-        atomic_fetch_sub(&sleeper_arms_all, 1);
-    }
+    unmark_for_sleepers(r);
     r->perm = nested[r->epfd] && !r->disabled ? s->ops->arm(s, interest(r)) : 0;
 }
 
@@ -642,9 +646,7 @@ static void drop_sleeper_arm(struct vs_sock *s, struct rec *r)
     if (s)
         s->ops->disarm(s, r->perm);
     r->perm = 0;
-    r->for_sleepers = false;
-    sleeper_arms[r->epfd]--;
-    atomic_fetch_sub(&sleeper_arms_all, 1);
+    unmark_for_sleepers(r);
 }
 
 /* The last sleeper on EPFD woke: nobody left for the arms to wake. */
@@ -1575,6 +1577,19 @@ static int kernel_wait(int epfd, struct epoll_event *kev, int max, long ns, cons
     return n;
 }
 
+/* A thread goes to sleep on EPFD, or wakes. (lock) */
+static void sleeper_in(int epfd)
+{
+    if (sleeping[epfd]++ == 0 && epfd > top_slept)
+        top_slept = epfd;
+}
+
+static void sleeper_out(int epfd)
+{
+    if (--sleeping[epfd] == 0 && sleeper_arms[epfd])
+        drop_sleeper_arms(epfd);
+}
+
 static int wait_translated(int epfd, struct epoll_event *events, int max, long timeout_ns,
                            const sigset_t *mask, unsigned signals)
 {
@@ -1622,8 +1637,8 @@ static int wait_translated(int epfd, struct epoll_event *events, int max, long t
         /* Counted under the lock with the arming: a record enabled after
          * it is armed for us (arm_for_sleepers). */
         bool asleep = w.n == 0 && left != 0;
-        if (asleep && sleeping[epfd]++ == 0 && epfd > top_slept)
-            top_slept = epfd;
+        if (asleep)
+            sleeper_in(epfd);
         bool has_cold = colds[epfd] != NULL;
         pthread_mutex_unlock(&lock);
         /* Sliced: see VS_WAIT_SLICE_NS. */
@@ -1640,8 +1655,8 @@ static int wait_translated(int epfd, struct epoll_event *events, int max, long t
         if (on_shared)
             atomic_fetch_sub(&shared_sleepers, 1);
         pthread_mutex_lock(&lock);
-        if (asleep && --sleeping[epfd] == 0 && sleeper_arms[epfd])
-            drop_sleeper_arms(epfd);
+        if (asleep)
+            sleeper_out(epfd);
         disarm_all(&a);
         if (n > 0)
             translate(&w, kev, n);
@@ -1709,8 +1724,7 @@ static int wait_inner(int epfd, struct epoll_event *events, int max, long timeou
         have = has_records(epfd) || kick_in[epfd]; /* kicks are never the user's */
         /* A sleeper too: a record added meanwhile is armed for it. */
         if (!have && timeout_ns != 0) {
-            if (sleeping[epfd]++ == 0 && epfd > top_slept)
-                top_slept = epfd;
+            sleeper_in(epfd);
             counted = true;
         }
         pthread_mutex_unlock(&lock);
@@ -1728,8 +1742,7 @@ static int wait_inner(int epfd, struct epoll_event *events, int max, long timeou
     if (counted) {
         int err = errno;
         pthread_mutex_lock(&lock);
-        if (--sleeping[epfd] == 0 && sleeper_arms[epfd])
-            drop_sleeper_arms(epfd);
+        sleeper_out(epfd);
         pthread_mutex_unlock(&lock);
         errno = err;
     }
