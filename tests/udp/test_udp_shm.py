@@ -53,7 +53,14 @@ EXPECT = {
                 "then": "nothing", "peers": [0, 0]},
     "squatter": {"received in order": True, "sender": 0, "squatter": 0},
     "ring": {"received": "after", "hostile": 0, "then": "nothing"},
+    "forked_receiver": {"receiver": 0, "sender": 0},
+    "exec_receiver": {"receiver": 0, "sender": 0},
+    "option_after_pair": {"received": list(range(20)), "sender": 0},
 }
+
+# Scenarios whose receiver hands its socket on to a child (udp.md §8), and
+# what the log must say the hand-over did.
+HANDED = {"forked_receiver": "received on", "exec_receiver": "is inherited by an exec'd image"}
 
 
 def names(prog):
@@ -95,7 +102,15 @@ def test_pairs_on_shm(name, vs_env, tmp_path):
     # The first to close ends the pair; the other sees it leave. Nothing
     # else may take a pair back to the kernel here.
     allowed = "peer-left-rings|the socket connected to another peer" if name == "connect" \
-        else "peer-left-rings"
+        else "peer-left-rings|left-by-fork" if name in HANDED \
+        else "peer-left-rings|udp-option" if name == "option_after_pair" else "peer-left-rings"
+    if name in HANDED:
+        # The child's first receive (or the exec) said so, and the sender
+        # then took the kernel, where the child reads.
+        assert re.search(rf"fd \d+ {HANDED[name]} in process \d+ \(its carrier: \d+\)", log), \
+            log[-3000:]
+        assert re.search(r"pair with \S+ on the kernel from now on: left-by-fork$", log, re.M), \
+            log[-3000:]
     assert not re.search(rf"on the kernel from now on: (?!({allowed})$)", log, re.M), log[-3000:]
 
 

@@ -7,11 +7,14 @@
  * are the kernel socket's until a pair is off the kernel. */
 #include <netinet/in.h>
 #include <netinet/udp.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include "base/real.h"
+#include "base/syscall.h"
 #include "config/config.h"
 #include "config/log.h"
+#include "core/fdtable.h"
 #include "core/reason.h"
 #include "transport/dgram/dgram.h"
 #include "transport/dgram/ops.h"
@@ -123,10 +126,27 @@ static void nothing(void)
 }
 
 /* The child's sockets are its parent's state's: it sends and receives on
- * the kernel (udp_shm.h). */
+ * the kernel, and its first receive takes the socket off shm (udp_shm.h). */
 static void fork_child(void)
 {
     vs_udp_set_pid(getpid());
+}
+
+/* A socket the new image inherits is read there on the kernel: its peers
+ * must send to it there. (The carrier's own rings end with its image.) */
+static void exec_one(int fd, struct vs_sock *s, void *arg)
+{
+    (void)arg;
+    if (s->ops != &vs_dgram_ops || !s->conn)
+        return;
+    long flags = vs_syscall(SYS_fcntl, fd, F_GETFD);
+    if (flags >= 0 && !(flags & FD_CLOEXEC))
+        vs_udp_mark_left(s, fd, "is inherited by an exec'd image");
+}
+
+static void before_exec(void)
+{
+    vs_fd_for_each(exec_one, NULL);
 }
 
 static void leave_all(const char *reason)
@@ -171,6 +191,6 @@ const struct vs_transport_ops vs_dgram_ops = {
     .fork_parent = nothing,
     .fork_child = fork_child,
     .fork_failed = nothing,
-    .before_exec = nothing,
+    .before_exec = before_exec,
     .leave_all = leave_all,
 };

@@ -38,6 +38,7 @@ static void unlock(struct vs_udp_sock *u)
  * the data path (a sleep that woke for them looks at once). */
 static void maybe_service(struct vs_udp_sock *u, int fd)
 {
+    vs_udp_check_left(u);
     if (u->news >= 0 && vs_now_ns() >= u->next_service_ns)
         vs_udp_service(u, fd);
 }
@@ -160,8 +161,11 @@ static int sleep_rx(struct vs_udp_sock *u, int fd, struct vs_blocking *b)
 ssize_t vs_dgram_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags)
 {
     struct vs_udp_sock *u = vs_udp_of(s);
-    if (!u || (flags & (MSG_OOB | MSG_ERRQUEUE)))
+    if (!u || (flags & (MSG_OOB | MSG_ERRQUEUE))) {
+        if (!u)
+            vs_udp_foreign_use(s, fd, "received on");
         return vs_real.recvmsg(fd, msg, flags);
+    }
     lock(u);
     vs_udp_use(u, fd);
     maybe_service(u, fd);
@@ -258,6 +262,8 @@ int vs_dgram_recvmmsg(struct vs_sock *s, int fd, struct mmsghdr *vec, unsigned v
         lock(u);
         vs_udp_use(u, fd);
         maybe_service(u, fd);
+    } else {
+        vs_udp_foreign_use(s, fd, "received on");
     }
     bool live = u && u->live;
     if (u)

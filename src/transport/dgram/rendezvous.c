@@ -153,7 +153,7 @@ static void decline(int chan, uint8_t status)
     send_hs(chan, &m, NULL, 0);
 }
 
-static void recount(struct vs_udp_sock *u)
+void vs_udp_recount(struct vs_udp_sock *u)
 {
     unsigned live = 0, up = 0;
     for (uint32_t k = 0; k < u->nmade; k++) {
@@ -162,6 +162,10 @@ static void recount(struct vs_udp_sock *u)
                 p->state == VS_PAIR_UP || p->rx_ok;
         up += p->state == VS_PAIR_UP;
     }
+    /* A socket that left shm is the kernel's alone once its last ring
+     * is read: readiness must hear that translated() changed. */
+    if (u->off && u->live && !live)
+        vs_udp_bump(u);
     u->live = live;
     if ((u->up == 0) != (up == 0))
         vs_stats_set_transport(u->stat, up ? VS_TRANSPORT_SHM : VS_TRANSPORT_KERNEL,
@@ -202,7 +206,7 @@ void vs_udp_pair_down(struct vs_udp_sock *u, int slot, const char *reason)
                  who, (unsigned long long)p->ring_tx, (unsigned long long)p->ring_full,
                  (unsigned long long)p->ring_rx);
     p->state = VS_PAIR_PLAIN;
-    recount(u);
+    vs_udp_recount(u);
 }
 
 void vs_udp_connected(struct vs_udp_sock *u, const struct sockaddr_storage *peer)
@@ -296,7 +300,7 @@ static void pair_up(struct vs_udp_sock *u, struct vs_udp_pair *p)
     char who[64];
     vs_addr_format(who, sizeof(who), &p->peer);
     vs_debug("udp shm: pair with %s up", who);
-    recount(u);
+    vs_udp_recount(u);
 }
 
 /* The peer holds the socket that receives what we send it: the socket
@@ -374,7 +378,7 @@ static void call(struct vs_udp_sock *u, int fd, int slot, struct vs_udp_pair *p)
     vs_udp_watch(u, p->chan, VS_UDP_TAG_PAIR | (uint32_t)slot, false);
     p->state = VS_PAIR_CALLING;
     p->deadline_ns = vs_now_ns() + VS_UDP_SETUP_NS;
-    recount(u);
+    vs_udp_recount(u);
 }
 
 void vs_udp_sent_on_kernel(struct vs_udp_sock *u, int fd, const struct sockaddr_storage *peer)
@@ -400,7 +404,7 @@ static void initiator_message(struct vs_udp_sock *u, int fd, int slot, struct vs
         vs_udp_close(u, &p->chan);
         p->state = VS_PAIR_KERNEL;
         p->next_try_ns = vs_now_ns() + VS_UDP_SETUP_NS;
-        return recount(u);
+        return vs_udp_recount(u);
     }
     if (m->type != VS_UDP_HS_ACCEPT) {
         close_fds(fds, nfds);
@@ -483,7 +487,7 @@ static void answer(struct vs_udp_sock *u, int fd, int i, const struct vs_udp_hs 
     vs_udp_watch(u, p->chan, VS_UDP_TAG_PAIR | (uint32_t)slot, true);
     p->state = VS_PAIR_ANSWERING;
     p->deadline_ns = vs_now_ns() + VS_UDP_SETUP_NS;
-    recount(u);
+    vs_udp_recount(u);
 }
 
 static void caller_message(struct vs_udp_sock *u, int fd, int i)
@@ -554,6 +558,7 @@ static void expire(struct vs_udp_sock *u)
 
 void vs_udp_service(struct vs_udp_sock *u, int fd)
 {
+    vs_udp_check_left(u);
     if (u->news < 0)
         return;
     struct epoll_event ev[16];

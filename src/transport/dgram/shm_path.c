@@ -37,6 +37,12 @@ int vs_udp_ring_send(struct vs_udp_sock *u, int slot, const struct msghdr *msg)
     struct vs_udp_pair *p = vs_udp_pair_at(u, slot);
     if (!p || p->state != VS_PAIR_UP || !p->tx_ok)
         return -1;
+    /* Another process than the peer's carrier receives on its socket:
+     * only the kernel reaches every holder. */
+    if (p->peer_page && atomic_load_explicit(&p->peer_page->left, memory_order_acquire)) {
+        vs_udp_pair_down(u, slot, VS_REASON_LEFT_BY_FORK);
+        return -1;
+    }
     struct vs_dgram_meta m = {0};
     int rc = vs_dgram_put(&p->tx, &m, msg->msg_iov, (int)msg->msg_iovlen);
     if (rc == 0) {
@@ -61,6 +67,7 @@ static void free_rx(struct vs_udp_sock *u, struct vs_udp_pair *p)
     vs_ring_destroy(&p->rx);
     p->rx_ok = false;
     p->draining = false;
+    vs_udp_recount(u);
 }
 
 /* Whether SLOT's ring has a datagram to deliver now; rings that are done

@@ -55,10 +55,36 @@ struct vs_udp_sock *vs_udp_new(int fd, int family, struct vs_stats_record *stat)
     return u;
 }
 
+/* A socket that left shm is still ours while its rings hold datagrams
+ * to deliver (u->live counts them). */
 struct vs_udp_sock *vs_udp_of(struct vs_sock *s)
 {
     struct vs_udp_sock *u = s->conn;
-    return u && u->pid == my_pid && !u->off ? u : NULL;
+    return u && u->pid == my_pid && (!u->off || u->live) ? u : NULL;
+}
+
+void vs_udp_mark_left(struct vs_sock *s, int fd, const char *why)
+{
+    struct vs_udp_sock *u = s->conn;
+    if (!u || !u->page || atomic_load(&u->page->left))
+        return;
+    atomic_store(&u->page->left, 1);
+    vs_info("udp shm: fd %d %s in process %d (its carrier: %d): its peers send to it on the "
+            "kernel from now on (%s)",
+            fd, why, (int)my_pid, (int)u->pid, VS_REASON_LEFT_BY_FORK);
+}
+
+void vs_udp_foreign_use(struct vs_sock *s, int fd, const char *why)
+{
+    struct vs_udp_sock *u = s->conn;
+    if (u && u->pid != my_pid)
+        vs_udp_mark_left(s, fd, why);
+}
+
+void vs_udp_check_left(struct vs_udp_sock *u)
+{
+    if (u->page && !u->off && atomic_load_explicit(&u->page->left, memory_order_relaxed))
+        vs_udp_off(u, VS_REASON_LEFT_BY_FORK);
 }
 
 /* The program took one of our numbers (core/ownfd.h): forget it, and stop

@@ -10,8 +10,12 @@
  * the kernel until its pair is up, then on the rings; the kernel socket is
  * always read too.
  *
- * The state is this process's: another process holding the socket (fork)
- * sends and receives on the kernel (udp.md §8 is step 3's last piece).
+ * The state is this process's, the carrier's: another process holding the
+ * socket (a forked child, an exec'd image) sends and receives on the
+ * kernel. Its first receive, or its image's exec, marks the page "left":
+ * producers then send to this socket on the kernel, where every holder
+ * can read, and the carrier ends its pairs at its next call, delivering
+ * what its rings still hold (udp.md §8).
  * Every function here is called with U->lock held unless it says so. */
 #ifndef VSOCKET_DGRAM_UDP_SHM_H
 #define VSOCKET_DGRAM_UDP_SHM_H
@@ -36,6 +40,9 @@ struct vs_udp_page {
     uint32_t magic;
     _Atomic uint32_t sleepers; /* threads asleep waiting for datagrams */
     _Atomic uint32_t seq;      /* bumped at each sleep: one wake-up per sleep */
+    /* Set for good when another process than the carrier receives on the
+     * socket: its datagrams must then reach the kernel socket. */
+    _Atomic uint32_t left;
 };
 
 enum vs_udp_pair_state {
@@ -130,8 +137,17 @@ struct vs_udp_sock *vs_udp_new(int fd, int family, struct vs_stats_record *stat)
 struct vs_udp_sock *vs_udp_of(struct vs_sock *s);
 void vs_udp_free(struct vs_udp_sock *u);
 void vs_udp_set_pid(pid_t pid);
-/* The socket stays on the kernel from now on: every pair ends. */
+/* The socket stays on the kernel from now on: every pair ends (what
+ * their rings hold is still delivered). */
 void vs_udp_off(struct vs_udp_sock *u, const char *reason);
+/* Called without the lock in a process that is not S's carrier, as it is
+ * about to receive on S (or to exec an image that may): marks the page
+ * left (udp_shm.h's header). WHY names the use, for the log. */
+void vs_udp_foreign_use(struct vs_sock *s, int fd, const char *why);
+/* The same in any process (an exec'd image will read S on the kernel). */
+void vs_udp_mark_left(struct vs_sock *s, int fd, const char *why);
+/* The carrier: another process received, the socket leaves shm. */
+void vs_udp_check_left(struct vs_udp_sock *u);
 /* SO_RCVBUF changed: rings made from now on hold its new value. */
 void vs_udp_budget(struct vs_udp_sock *u, int fd);
 /* The first use: bound address, rendezvous, eventfd, page. */
@@ -163,6 +179,8 @@ void vs_udp_service(struct vs_udp_sock *u, int fd);
 void vs_udp_sent_on_kernel(struct vs_udp_sock *u, int fd, const struct sockaddr_storage *peer);
 /* The pair leaves the rings for the kernel, for good; REASON is logged. */
 void vs_udp_pair_down(struct vs_udp_sock *u, int slot, const char *reason);
+/* Counts the pairs live and up again (after one changed). */
+void vs_udp_recount(struct vs_udp_sock *u);
 /* connect(): only PEER's datagrams are delivered from now on (NULL: any). */
 void vs_udp_connected(struct vs_udp_sock *u, const struct sockaddr_storage *peer);
 

@@ -80,7 +80,12 @@ def scenario_squatter():
             if msg[:4] != b"VSUS":
                 break  # the test's end of the run
             calls += 1
-            socket.send_fds(c, [hs(2, own.fileno())], [mem, mem, ev])
+            try:
+                socket.send_fds(c, [hs(2, own.fileno())], [mem, mem, ev])
+            except OSError:
+                # The caller gave up first (its set-up's time ran out on a
+                # loaded machine): nothing to answer.
+                continue
             print(f"squatter answered call {calls}", file=sys.stderr)
         return 0
 

@@ -374,6 +374,102 @@ def scenario_connect():
     r.close()
 
 
+def handed_on(how):
+    """A receiver with a pair up with a sender hands its socket on to a
+    child (HOW: "fork", or "exec" of a new image that adopts the inherited
+    socket) and stops receiving; the child receives everything the sender
+    sends after the child's first receive (ordered by a pipe), as the
+    kernel gives every holder of a socket what it queued."""
+    count = 50
+    r = udp(bind=("127.0.0.1", 0))
+    dest = r.getsockname()
+    ready = os.pipe()  # the child received once: the sender may go on
+
+    def sender():
+        s = udp(bind=("127.0.0.1", 0))
+        warm_up(s, dest, 64, True)
+        os.read(ready[0], 1)
+        for i in range(count):
+            s.sendto(b"%d" % i, dest)
+        s.sendto(b"end", dest)
+        s.close()
+        return 0
+
+    a = run_child(sender)
+    warm_up(r, None, 64, False)
+    if how == "fork":
+        b = run_child(lambda: handed_receive(r.fileno(), ready[1]))
+    else:
+        os.set_inheritable(r.fileno(), True)
+        b = os.fork()
+        if b == 0:
+            code = (f"import sys; sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r}); "
+                    f"import pairs; sys.exit(pairs.handed_receive({r.fileno()}, {ready[1]}))")
+            os.set_inheritable(ready[1], True)
+            os.execv(sys.executable, [sys.executable, "-c", code])
+    note("receiver", wait_child(b))
+    note("sender", wait_child(a))
+    r.close()
+
+
+def handed_receive(fd, ready_w, count=50):
+    """handed_on's receiver, forked or in an exec'd image: 0 when it got
+    the COUNT datagrams sent after its first receive."""
+    c = socket.socket(fileno=fd)
+    c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", int(HANG), 0))
+    try:
+        c.recv(100, socket.MSG_DONTWAIT)
+        return 3
+    except BlockingIOError:
+        pass
+    os.write(ready_w, b"x")
+    got = set()
+    while True:
+        data = c.recv(100)
+        if data == b"end":
+            break
+        got.add(int(data))
+    return 0 if len(got) == count else 4
+
+
+def scenario_forked_receiver():
+    handed_on("fork")
+
+
+def scenario_exec_receiver():
+    handed_on("exec")
+
+
+def scenario_option_after_pair():
+    """Datagrams wait in the receiver's ring when it sets an option the
+    rings do not give (IP_PKTINFO): the socket goes back to the kernel, and
+    what waited is still delivered, then what comes after."""
+    r = udp(bind=("127.0.0.1", 0))
+    dest = r.getsockname()
+    sent, set_ = os.pipe(), os.pipe()
+
+    def sender():
+        s = udp(bind=("127.0.0.1", 0))
+        warm_up(s, dest, 64, True)
+        for i in range(10):
+            s.sendto(b"%d" % i, dest)
+        os.write(sent[1], b"x")
+        os.read(set_[0], 1)
+        for i in range(10, 20):
+            s.sendto(b"%d" % i, dest)
+        s.close()
+        return 0
+
+    a = run_child(sender)
+    warm_up(r, None, 64, False)
+    os.read(sent[0], 1)
+    r.setsockopt(socket.IPPROTO_IP, getattr(socket, "IP_PKTINFO", 8), 1)
+    os.write(set_[1], b"x")
+    note("received", sorted(int(r.recv(100)) for _ in range(20)))
+    note("sender", wait_child(a))
+    r.close()
+
+
 def main(scope=None):
     """Runs the scenario argv names among SCOPE's (a module's globals)."""
     scope = scope or globals()
