@@ -56,6 +56,7 @@ EXPECT = {
     "forked_receiver": {"receiver": 0, "sender": 0},
     "exec_receiver": {"receiver": 0, "sender": 0},
     "option_after_pair": {"received": list(range(20)), "sender": 0},
+    "prefork": {"server": 0, "sender": 0},
 }
 
 # Scenarios whose receiver hands its socket on to a child (udp.md §8), and

@@ -125,6 +125,25 @@ static void nothing(void)
 {
 }
 
+static void share_young(int fd, struct vs_sock *s, void *arg)
+{
+    (void)fd;
+    (void)arg;
+    struct vs_udp_sock *u = s->ops == &vs_dgram_ops ? s->conn : NULL;
+    /* A socket busy in another thread is in use: it stays its carrier's. */
+    if (!u || pthread_mutex_trylock(&u->lock) != 0)
+        return;
+    vs_udp_share_young(u);
+    pthread_mutex_unlock(&u->lock);
+}
+
+/* A pre-fork server binds, forks, and its children receive: its sockets,
+ * not used yet, go to the holder that uses them first (udp_shm.h). */
+static void fork_prepare(void)
+{
+    vs_fd_for_each(share_young, NULL);
+}
+
 /* The child's sockets are its parent's state's: it sends and receives on
  * the kernel, and its first receive takes the socket off shm (udp_shm.h). */
 static void fork_child(void)
@@ -187,7 +206,7 @@ const struct vs_transport_ops vs_dgram_ops = {
     .cold_rec = vs_dgram_cold_rec,
     .leave = leave,
     .release = release,
-    .fork_prepare = nothing,
+    .fork_prepare = fork_prepare,
     .fork_parent = nothing,
     .fork_child = fork_child,
     .fork_failed = nothing,

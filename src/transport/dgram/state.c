@@ -57,10 +57,28 @@ struct vs_udp_sock *vs_udp_new(int fd, int family, struct vs_stats_record *stat)
 
 /* A socket that left shm is still ours while its rings hold datagrams
  * to deliver (u->live counts them). */
+/* A socket forked before its first use: whether this process carries
+ * it, claiming it if nobody has. */
+static bool claim(struct vs_udp_sock *u)
+{
+    int32_t who = 0;
+    if (!atomic_compare_exchange_strong(&u->page->carrier, &who, (int32_t)my_pid))
+        if (who != (int32_t)my_pid) {
+            atomic_store(&u->pid, (pid_t)who);
+            atomic_store(&u->young_shared, false);
+            return false;
+        }
+    atomic_store(&u->pid, my_pid);
+    atomic_store(&u->young_shared, false);
+    return true;
+}
+
 struct vs_udp_sock *vs_udp_of(struct vs_sock *s)
 {
     struct vs_udp_sock *u = s->conn;
-    return u && u->pid == my_pid && (!u->off || u->live) ? u : NULL;
+    if (!u || (atomic_load_explicit(&u->young_shared, memory_order_relaxed) && !claim(u)))
+        return NULL;
+    return u->pid == my_pid && (!u->off || u->live) ? u : NULL;
 }
 
 void vs_udp_mark_left(struct vs_sock *s, int fd, const char *why)
@@ -155,6 +173,14 @@ static int make_page(struct vs_udp_sock *u)
     return 0;
 }
 
+void vs_udp_share_young(struct vs_udp_sock *u)
+{
+    if (u->pid != my_pid || u->used || u->page || u->off || make_page(u) < 0)
+        return;
+    atomic_store(&u->page->carrier, 0);
+    atomic_store(&u->young_shared, true);
+}
+
 static void listen_at_bound(struct vs_udp_sock *u)
 {
     struct sockaddr_un un;
@@ -210,7 +236,7 @@ void vs_udp_use(struct vs_udp_sock *u, int fd)
     vs_udp_budget(u, fd);
     int ev = (int)vs_syscall(SYS_eventfd2, 0, EFD_NONBLOCK | EFD_CLOEXEC);
     u->event = vs_udp_own(u, ev);
-    if (u->news < 0 || u->event < 0 || make_page(u) < 0) {
+    if (u->news < 0 || u->event < 0 || (!u->page && make_page(u) < 0)) {
         vs_info("udp shm: no descriptors for the set-up: this socket stays on the kernel");
         u->off = VS_REASON_NO_RESOURCES;
         return;

@@ -12,10 +12,10 @@
  *
  * The state is this process's, the carrier's: another process holding the
  * socket (a forked child, an exec'd image) sends and receives on the
- * kernel. Its first receive, or its image's exec, marks the page "left":
- * producers then send to this socket on the kernel, where every holder
- * can read, and the carrier ends its pairs at its next call, delivering
- * what its rings still hold (udp.md §8).
+ * kernel. A socket forked before its first use is carried by the holder
+ * that uses it first (a pre-fork server's child). Its first receive, or its image's exec, marks the
+ * page "left": producers then send to this socket on the kernel, where every holder can read, and
+ * the carrier ends its pairs at its next call, delivering what its rings still hold (udp.md §8).
  * Every function here is called with U->lock held unless it says so. */
 #ifndef VSOCKET_DGRAM_UDP_SHM_H
 #define VSOCKET_DGRAM_UDP_SHM_H
@@ -43,6 +43,9 @@ struct vs_udp_page {
     /* Set for good when another process than the carrier receives on the
      * socket: its datagrams must then reach the kernel socket. */
     _Atomic uint32_t left;
+    /* A socket not used yet when its process forked: the holder that uses
+     * it first writes its pid here and carries it (0: nobody yet). */
+    _Atomic int32_t carrier;
 };
 
 enum vs_udp_pair_state {
@@ -83,7 +86,10 @@ struct vs_udp_pair {
 
 struct vs_udp_sock {
     pthread_mutex_t lock;
-    pid_t pid; /* the process the state is of */
+    _Atomic pid_t pid; /* the process the state is of: the carrier */
+    /* Forked before its first use: its page is shared with the other
+     * holders, and the first to use it carries it (page->carrier). */
+    _Atomic bool young_shared;
     struct vs_stats_record *stat;
     int family;      /* the socket's */
     const char *off; /* set: the socket stays on the kernel, and why */
@@ -137,6 +143,10 @@ struct vs_udp_sock *vs_udp_new(int fd, int family, struct vs_stats_record *stat)
 struct vs_udp_sock *vs_udp_of(struct vs_sock *s);
 void vs_udp_free(struct vs_udp_sock *u);
 void vs_udp_set_pid(pid_t pid);
+/* Before a fork (fork_prepare, U locked): a socket not used yet gets its
+ * page now, so that the holders share it and the first to use the socket
+ * carries it. */
+void vs_udp_share_young(struct vs_udp_sock *u);
 /* The socket stays on the kernel from now on: every pair ends (what
  * their rings hold is still delivered). */
 void vs_udp_off(struct vs_udp_sock *u, const char *reason);

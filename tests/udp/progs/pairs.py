@@ -470,6 +470,45 @@ def scenario_option_after_pair():
     r.close()
 
 
+def scenario_prefork():
+    """A pre-fork server: the parent binds, forks, and never uses the
+    socket; the child serves. The child carries the socket: its pair with
+    a sender comes up, and every datagram arrives once."""
+    count, batch = 300, 50
+    r = udp(bind=("127.0.0.1", 0))
+    dest = r.getsockname()
+
+    def server():
+        warm_up(r, None, 64, False)
+        seen = set()
+        while True:
+            data, src = r.recvfrom(100)
+            if data == b"end":
+                break
+            seen.add(int(data))
+            if len(seen) % batch == 0:
+                r.sendto(b"ack", src)
+        r.close()
+        return 0 if seen == set(range(count)) else 4
+
+    def sender():
+        s = udp(bind=("127.0.0.1", 0))
+        warm_up(s, dest, 64, True)
+        for i in range(count):
+            s.sendto(b"%d" % i, dest)
+            if i % batch == batch - 1 and s.recv(100) != b"ack":
+                return 2
+        s.sendto(b"end", dest)
+        s.close()
+        return 0
+
+    c = run_child(server)
+    a = run_child(sender)
+    note("server", wait_child(c))
+    note("sender", wait_child(a))
+    r.close()
+
+
 def main(scope=None):
     """Runs the scenario argv names among SCOPE's (a module's globals)."""
     scope = scope or globals()
