@@ -12,11 +12,12 @@ build_pkgs=(build-essential cmake ninja-build pkg-config libibverbs-dev librdmac
 # archives, 244 MB installed, about a minute. policy-rc.d below keeps their
 # services from starting. nfs-ganesha*, rpcbind, libnfs-utils:
 # tests/compat/test_nfs.py (issue 25), an ONC RPC file service and its client.
+# nsd, dnsperf: tests/udp/test_udp_shm.py (issue 23), a DNS server under a resolver load.
 test_pkgs=(iperf3 sockperf redis-server redis-tools nginx-light wrk curl memcached
            libmemcached-tools socat ncat openssh-server openssh-client python3 python3-pytest
            procps iproute2 strace linux-perf groff-base jq rsync gdb file
            ceph-mon ceph-mgr ceph-osd ceph-common
-           nfs-ganesha nfs-ganesha-vfs rpcbind libnfs-utils)
+           nfs-ganesha nfs-ganesha-vfs rpcbind libnfs-utils nsd dnsperf)
 # clang 14 and its runtimes (libclang_rt.fuzzer, i.e. libFuzzer, is in libclang-rt-14-dev);
 # llvm-14 for llvm-cov and llvm-profdata (tests/fuzz/coverage.sh).
 fuzz_pkgs=(clang libclang-rt-14-dev llvm-14)
