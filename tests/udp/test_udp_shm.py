@@ -62,11 +62,14 @@ EXPECT = {
     "exec_receiver": {"receiver": 0, "sender": 0},
     "option_after_pair": {"received": list(range(20)), "sender": 0},
     "prefork": {"server": 0, "sender": 0},
+    "child_sends_first": {"child": 0, "echo": 0},
+    "inherited_epoll": {"worker": 0, "sender": 0},
 }
 
 # Scenarios whose receiver hands its socket on to a child (udp.md §8), and
 # what the log must say the hand-over did.
-HANDED = {"forked_receiver": "received on", "exec_receiver": "is inherited by an exec'd image"}
+HANDED = {"forked_receiver": "used", "exec_receiver": "is inherited by an exec'd image",
+          "child_sends_first": "used", "inherited_epoll": "used"}
 
 
 def names(prog):
@@ -113,7 +116,8 @@ def test_pairs_on_shm(name, vs_env, tmp_path):
     if name in HANDED:
         # The child's first receive (or the exec) said so, and the sender
         # then took the kernel, where the child reads.
-        assert re.search(rf"fd \d+ {HANDED[name]} in process \d+ \(its carrier: \d+\)", log), \
+        assert re.search(rf"(fd \d+|a udp socket) {HANDED[name]} in process \d+ \(its carrier: \d+\)",
+                         log), \
             log[-3000:]
         assert re.search(r"pair with \S+ on the kernel from now on: left-by-fork$", log, re.M), \
             log[-3000:]

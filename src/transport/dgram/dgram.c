@@ -144,11 +144,20 @@ static void fork_prepare(void)
     vs_fd_for_each(share_young, NULL);
 }
 
+static void forget_in_child(int fd, struct vs_sock *s, void *arg)
+{
+    (void)fd;
+    (void)arg;
+    if (s->ops == &vs_dgram_ops && s->conn)
+        vs_udp_child_forget(s->conn);
+}
+
 /* The child's sockets are its parent's state's: it sends and receives on
- * the kernel, and its first receive takes the socket off shm (udp_shm.h). */
+ * the kernel, and its first use takes the socket off shm (udp_shm.h). */
 static void fork_child(void)
 {
     vs_udp_set_pid(getpid());
+    vs_fd_for_each(forget_in_child, NULL);
 }
 
 /* A socket the new image inherits is read there on the kernel: its peers

@@ -161,11 +161,8 @@ static int sleep_rx(struct vs_udp_sock *u, int fd, struct vs_blocking *b)
 ssize_t vs_dgram_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags)
 {
     struct vs_udp_sock *u = vs_udp_of(s);
-    if (!u || (flags & (MSG_OOB | MSG_ERRQUEUE))) {
-        if (!u)
-            vs_udp_foreign_use(s, fd, "received on");
+    if (!u || (flags & (MSG_OOB | MSG_ERRQUEUE)))
         return vs_real.recvmsg(fd, msg, flags);
-    }
     lock(u);
     vs_udp_use(u, fd);
     maybe_service(u, fd);
@@ -262,8 +259,6 @@ int vs_dgram_recvmmsg(struct vs_sock *s, int fd, struct mmsghdr *vec, unsigned v
         lock(u);
         vs_udp_use(u, fd);
         maybe_service(u, fd);
-    } else {
-        vs_udp_foreign_use(s, fd, "received on");
     }
     bool live = u && u->live;
     if (u)

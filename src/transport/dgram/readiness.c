@@ -21,12 +21,7 @@ static struct vs_udp_sock *watched(struct vs_sock *s)
  * the socket was the kernel's alone would never hear of a ring. */
 bool vs_dgram_translated(struct vs_sock *s)
 {
-    if (vs_udp_of(s))
-        return true;
-    /* Watched in a process that is not its carrier: it may wait for
-     * input, which the kernel socket alone can then give it. */
-    vs_udp_foreign_use(s, -1, "watched");
-    return false;
+    return vs_udp_of(s) != NULL;
 }
 
 unsigned vs_dgram_tcp_interest(struct vs_sock *s, unsigned user)

@@ -459,7 +459,9 @@ static void answer(struct vs_udp_sock *u, int fd, int i, const struct vs_udp_hs 
     int slot;
     struct vs_udp_pair *p = NULL;
     const char *refused = NULL;
-    if (!on_this_host(&m->from) || !peer_proven(chan, &m->to, &m->from, m->fd))
+    if (u->off) /* left shm: no pair comes up again */
+        refused = u->off;
+    else if (!on_this_host(&m->from) || !peer_proven(chan, &m->to, &m->from, m->fd))
         refused = "the caller does not hold the socket it speaks for";
     else if (!(p = vs_udp_pair_for(u, &m->from, true, &slot)))
         refused = "peer table full";

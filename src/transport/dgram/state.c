@@ -76,27 +76,31 @@ static bool claim(struct vs_udp_sock *u)
 struct vs_udp_sock *vs_udp_of(struct vs_sock *s)
 {
     struct vs_udp_sock *u = s->conn;
-    if (!u || (atomic_load_explicit(&u->young_shared, memory_order_relaxed) && !claim(u)))
+    if (!u)
         return NULL;
-    return u->pid == my_pid && (!u->off || u->live) ? u : NULL;
+    if (atomic_load_explicit(&u->young_shared, memory_order_relaxed) ? !claim(u)
+                                                                     : u->pid != my_pid) {
+        /* Any use by another holder: a send's answers, like what it
+         * receives, must reach the kernel socket, and an inherited epoll
+         * set asks through here too. */
+        vs_udp_mark_left(s, -1, "used");
+        return NULL;
+    }
+    return !u->off || u->live ? u : NULL;
 }
 
 void vs_udp_mark_left(struct vs_sock *s, int fd, const char *why)
 {
     struct vs_udp_sock *u = s->conn;
-    if (!u || !u->page || atomic_load(&u->page->left))
+    if (!u || !u->page || atomic_load_explicit(&u->page->left, memory_order_relaxed))
         return;
     atomic_store(&u->page->left, 1);
-    vs_info("udp shm: fd %d %s in process %d (its carrier: %d): its peers send to it on the "
+    char which[24] = "a udp socket";
+    if (fd >= 0)
+        snprintf(which, sizeof(which), "fd %d", fd);
+    vs_info("udp shm: %s %s in process %d (its carrier: %d): its peers send to it on the "
             "kernel from now on (%s)",
-            fd, why, (int)my_pid, (int)u->pid, VS_REASON_LEFT_BY_FORK);
-}
-
-void vs_udp_foreign_use(struct vs_sock *s, int fd, const char *why)
-{
-    struct vs_udp_sock *u = s->conn;
-    if (u && u->pid != my_pid)
-        vs_udp_mark_left(s, fd, why);
+            which, why, (int)my_pid, (int)u->pid, VS_REASON_LEFT_BY_FORK);
 }
 
 void vs_udp_check_left(struct vs_udp_sock *u)
@@ -160,9 +164,15 @@ static int make_page(struct vs_udp_sock *u)
     if (fd < 0)
         return -1;
     void *mem = MAP_FAILED;
-    if (ftruncate(fd, VS_UDP_PAGE_SIZE) == 0 &&
-        vs_syscall(SYS_fcntl, fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0)
+    if (ftruncate(fd, VS_UDP_PAGE_SIZE) == 0)
         mem = mmap(NULL, VS_UDP_PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    /* Sealed once ours is mapped: no peer can map it writable (and set
+     * `left`, or the wake-up words, for us), nor shrink it under anyone. */
+    int seals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL;
+    if (mem != MAP_FAILED && vs_syscall(SYS_fcntl, fd, F_ADD_SEALS, seals) != 0) {
+        munmap(mem, VS_UDP_PAGE_SIZE);
+        mem = MAP_FAILED;
+    }
     if (mem == MAP_FAILED) {
         vs_syscall(SYS_close, fd);
         return -1;
@@ -215,6 +225,10 @@ void vs_udp_off(struct vs_udp_sock *u, const char *reason)
 {
     for (uint32_t k = 0; k < u->nmade; k++)
         vs_udp_pair_down(u, (int)u->made[k], reason);
+    /* Callers already accepted hang up too: no pair comes up again (the
+     * rings still drain meanwhile, and the service with them). */
+    for (int i = 0; i < VS_UDP_CALLERS; i++)
+        vs_udp_close(u, &u->caller[i]);
     vs_udp_close(u, &u->listener);
     u->off = reason;
     vs_stats_set_reason(u->stat, reason);
@@ -311,6 +325,22 @@ static void forget_pair(struct vs_udp_sock *u, struct vs_udp_pair *p)
     p->peer_page = NULL;
     vs_udp_close(u, &p->chan);
     vs_udp_close(u, &p->peer_event);
+}
+
+void vs_udp_child_forget(struct vs_udp_sock *u)
+{
+    if (atomic_load(&u->young_shared) || u->pid == my_pid)
+        return;
+    /* The carrier's rendezvous and pair sockets: held here too, they would
+     * keep its name bound and hide its death from its peers. The page
+     * stays mapped, for the mark. (No lock: the child has one thread.) */
+    for (int i = 0; i < VS_UDP_CALLERS; i++)
+        vs_udp_close(u, &u->caller[i]);
+    vs_udp_close(u, &u->listener);
+    for (uint32_t k = 0; k < u->nmade; k++) {
+        vs_udp_close(u, &u->pair[u->made[k]]->chan);
+        vs_udp_close(u, &u->pair[u->made[k]]->peer_event);
+    }
 }
 
 void vs_udp_free(struct vs_udp_sock *u)

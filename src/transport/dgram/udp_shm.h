@@ -138,8 +138,9 @@ struct vs_udp_sock {
 
 /* state.c */
 struct vs_udp_sock *vs_udp_new(int fd, int family, struct vs_stats_record *stat);
-/* The socket's state if it is this process's and on shm, else NULL (the
- * kernel then has the call). */
+/* The socket's state if it is this process's and on shm (or its rings
+ * still drain), else NULL: the kernel then has the call. In another
+ * holder than the carrier, marks the socket left. */
 struct vs_udp_sock *vs_udp_of(struct vs_sock *s);
 void vs_udp_free(struct vs_udp_sock *u);
 void vs_udp_set_pid(pid_t pid);
@@ -147,14 +148,16 @@ void vs_udp_set_pid(pid_t pid);
  * page now, so that the holders share it and the first to use the socket
  * carries it. */
 void vs_udp_share_young(struct vs_udp_sock *u);
+/* In a forked child: closes the carrier's rendezvous and pair sockets
+ * inherited with a state that is not this process's. */
+void vs_udp_child_forget(struct vs_udp_sock *u);
 /* The socket stays on the kernel from now on: every pair ends (what
  * their rings hold is still delivered). */
 void vs_udp_off(struct vs_udp_sock *u, const char *reason);
-/* Called without the lock in a process that is not S's carrier, as it is
- * about to receive on S (or to exec an image that may): marks the page
- * left (udp_shm.h's header). WHY names the use, for the log. */
-void vs_udp_foreign_use(struct vs_sock *s, int fd, const char *why);
-/* The same in any process (an exec'd image will read S on the kernel). */
+/* Marks S's page left (the header above): another process than the
+ * carrier uses S (vs_udp_of calls it for any use), or an exec'd image will
+ * read it on the kernel. Without the lock. WHY names the use, for the log;
+ * FD, or -1. */
 void vs_udp_mark_left(struct vs_sock *s, int fd, const char *why);
 /* The carrier: another process received, the socket leaves shm. */
 void vs_udp_check_left(struct vs_udp_sock *u);

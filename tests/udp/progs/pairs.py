@@ -509,6 +509,81 @@ def scenario_prefork():
     r.close()
 
 
+def scenario_child_sends_first():
+    """A receiver with a pair up with an echo peer forks a child that sends
+    requests on the inherited socket before it ever receives, then reads
+    the answers: they reach it (the kernel gives a socket's datagrams to
+    whichever holder reads)."""
+    r = udp(bind=("127.0.0.1", 0))
+    port = os.pipe()
+
+    def echo():
+        p = udp(bind=("127.0.0.1", 0))
+        os.write(port[1], b"%d" % p.getsockname()[1])
+        warm_up(p, None, 64, False)
+        while True:
+            data, src = p.recvfrom(100)
+            if data == b"end":
+                return 0
+            p.sendto(b"re " + data, src)
+
+    a = run_child(echo)
+    peer = ("127.0.0.1", int(os.read(port[0], 10)))
+    warm_up(r, peer, 64, True)
+
+    def child():
+        for i in range(5):
+            r.sendto(b"q%d" % i, peer)
+        got = sorted(r.recv(100) for _ in range(5))
+        return 0 if got == [b"re q%d" % i for i in range(5)] else 4
+
+    note("child", wait_child(run_child(child)))
+    r.sendto(b"end", peer)
+    note("echo", wait_child(a))
+    r.close()
+
+
+def scenario_inherited_epoll():
+    """A receiver registers its socket in an epoll set and forks a worker
+    that waits on the inherited set and receives what it reports: every
+    datagram sent after the worker's first wait reaches it."""
+    count = 50
+    r = udp(bind=("127.0.0.1", 0))
+    dest = r.getsockname()
+    waiting = os.pipe()
+
+    def sender():
+        s = udp(bind=("127.0.0.1", 0))
+        warm_up(s, dest, 64, True)
+        os.read(waiting[0], 1)
+        for i in range(count):
+            s.sendto(b"%d" % i, dest)
+        s.sendto(b"end", dest)
+        s.close()
+        return 0
+
+    a = run_child(sender)
+    warm_up(r, None, 64, False)
+    ep = select.epoll()
+    ep.register(r.fileno(), select.EPOLLIN)
+
+    def worker():
+        ep.poll(0)  # its first wait, before the sender goes on
+        os.write(waiting[1], b"x")
+        got = set()
+        while ep.poll(HANG):
+            data = r.recv(100, socket.MSG_DONTWAIT)
+            if data == b"end":
+                return 0 if got == set(range(count)) else 4
+            got.add(int(data))
+        return 5
+
+    note("worker", wait_child(run_child(worker)))
+    note("sender", wait_child(a))
+    ep.close()
+    r.close()
+
+
 def main(scope=None):
     """Runs the scenario argv names among SCOPE's (a module's globals)."""
     scope = scope or globals()
