@@ -374,6 +374,21 @@ def scenario_connect():
     r.close()
 
 
+def burst_after(dest, go, count):
+    """A sender to DEST: it warms a pair up, waits for a byte on the pipe
+    end GO, then sends COUNT numbered datagrams and "end"."""
+    def sender():
+        s = udp(bind=("127.0.0.1", 0))
+        warm_up(s, dest, 64, True)
+        os.read(go, 1)
+        for i in range(count):
+            s.sendto(b"%d" % i, dest)
+        s.sendto(b"end", dest)
+        s.close()
+        return 0
+    return sender
+
+
 def handed_on(how):
     """A receiver with a pair up with a sender hands its socket on to a
     child (HOW: "fork", or "exec" of a new image that adopts the inherited
@@ -385,17 +400,7 @@ def handed_on(how):
     dest = r.getsockname()
     ready = os.pipe()  # the child received once: the sender may go on
 
-    def sender():
-        s = udp(bind=("127.0.0.1", 0))
-        warm_up(s, dest, 64, True)
-        os.read(ready[0], 1)
-        for i in range(count):
-            s.sendto(b"%d" % i, dest)
-        s.sendto(b"end", dest)
-        s.close()
-        return 0
-
-    a = run_child(sender)
+    a = run_child(burst_after(dest, ready[0], count))
     warm_up(r, None, 64, False)
     if how == "fork":
         b = run_child(lambda: handed_receive(r.fileno(), ready[1]))
@@ -552,17 +557,7 @@ def scenario_inherited_epoll():
     dest = r.getsockname()
     waiting = os.pipe()
 
-    def sender():
-        s = udp(bind=("127.0.0.1", 0))
-        warm_up(s, dest, 64, True)
-        os.read(waiting[0], 1)
-        for i in range(count):
-            s.sendto(b"%d" % i, dest)
-        s.sendto(b"end", dest)
-        s.close()
-        return 0
-
-    a = run_child(sender)
+    a = run_child(burst_after(dest, waiting[0], count))
     warm_up(r, None, 64, False)
     ep = select.epoll()
     ep.register(r.fileno(), select.EPOLLIN)
