@@ -152,7 +152,7 @@ run_mode() {
 
 # 1. close
 run_mode close 7241
-expect_rdma_rows $((2 * conns)) 120
+expect_rdma_rows $((2 * conns)) 400
 wait "$client" || { cat "$tmp/client-close.log"; echo "FAIL: close: the client failed"; exit 1; }
 cat "$tmp/client-close.log"
 echo "close: ForkingTCPServer's children on rdma"

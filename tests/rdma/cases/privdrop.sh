@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# rdma-case-timeout: 900
 # Deployed as a service is: a server that binds as root and serves as an
 # unprivileged user (nginx workers as www-data), a client run by another user,
 # and a locked-memory limit (RLIMIT_MEMLOCK) that the unprivileged user cannot
@@ -110,19 +111,21 @@ finish() {
 }
 
 run_pair unlimited $port_u -1 unlimited
-expect_rdma_rows $((2 * conns)) 120
+# Bounds only a hang crosses: beside other guests a fresh run's client
+# (setpriv, prlimit, python3 under emulation) took over 120 s to connect.
+expect_rdma_rows $((2 * conns)) 600
 finish unlimited
 echo "unlimited: $conns connections between nobody and daemon on rdma at both ends"
 
 run_pair limited $port_l -1 $((1 << 20))
 # Wait until every set-up has ended one way or the other (none pending).
-end=$((SECONDS + 120))
+end=$((SECONDS + 600))
 while :; do
   out=$("$TOOL" stat 2>/dev/null || true)
   mine=$(grep -c ":$port_l " <<<"$out" || true)
   pending=$(grep -cE ":$port_l .*upgrade-(pending|deferred)" <<<"$out" || true)
   [ "$mine" -ge $((2 * conns)) ] && [ "$pending" = 0 ] && break
-  [ "$SECONDS" -lt "$end" ] || { echo "set-ups still pending after 120 s:"; echo "$out"; exit 1; }
+  [ "$SECONDS" -lt "$end" ] || { echo "set-ups still pending after 600 s:"; echo "$out"; exit 1; }
   sleep 0.5
 done
 echo "$out" | grep -E "PID|:$port_l "
