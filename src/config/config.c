@@ -24,6 +24,7 @@ const char *const vs_config_variables[] = {
     "VSOCKET_STATS_MAX",
     "VSOCKET_FOLLOW_EXEC",
     "VSOCKET_POLL_US",
+    "VSOCKET_POLL_CROWDED",
     "VSOCKET_SHM_RING_MIN",
     "VSOCKET_SHM_RING_MAX",
     "VSOCKET_FD_FLOOR",
@@ -54,6 +55,7 @@ void vs_config_defaults(struct vs_config *c)
     c->stats_max = VS_STATS_MAX_DEFAULT;
     c->follow_exec = true;
     c->poll_us = VS_POLL_US_DEFAULT;
+    c->poll_crowded = true;
     c->shm_ring_min = VS_SHM_RING_MIN_DEFAULT;
     c->shm_ring_max = VS_SHM_RING_MAX_DEFAULT;
     c->fd_floor = -1;
@@ -329,6 +331,7 @@ static void load_peers(struct vs_config *c)
 static void load_shm(struct vs_config *c)
 {
     load_uint("VSOCKET_POLL_US", 0, VS_POLL_US_MAX, &c->poll_us);
+    load_bool("VSOCKET_POLL_CROWDED", &c->poll_crowded);
     load_uint("VSOCKET_SHM_RING_MIN", VS_SHM_RING_LIMIT_MIN, VS_SHM_RING_LIMIT_MAX,
               &c->shm_ring_min);
     read_uint("VSOCKET_SHM_RING_MAX", VS_SHM_RING_LIMIT_MIN, VS_SHM_RING_MAX_LIMIT,

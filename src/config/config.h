@@ -89,6 +89,7 @@ struct vs_config {
     unsigned stats_max;         /* socket records per process */
     bool follow_exec;           /* keep vsocket loaded across execve with a new env */
     unsigned long poll_us;      /* VSOCKET_POLL_US */
+    bool poll_crowded;          /* VSOCKET_POLL_CROWDED */
     unsigned long shm_ring_min; /* bytes */
     unsigned long shm_ring_max; /* bytes; 0: from the kernel's limits */
     long fd_floor;              /* VSOCKET_FD_FLOOR; -1: automatic (core/ownfd.h) */

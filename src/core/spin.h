@@ -6,10 +6,13 @@
 #include <stdbool.h>
 
 /* Busy-polls READY(ARG, ARG2) for the thread's current budget (at most
- * VSOCKET_POLL_US; it adapts, see spin.c). A caller that then
+ * VSOCKET_POLL_US; it adapts, see spin.c), unless the machine has more
+ * running threads than CPUs (VSOCKET_POLL_CROWDED). A caller that then
  * sleeps calls vs_spin_woke() when the sleep ends. */
 bool vs_spin_until(bool (*ready)(void *, const void *), void *arg, const void *arg2);
 void vs_spin_woke(void);
+/* The running threads in /proc/loadavg's TEXT, or -1. */
+int vs_spin_parse_running(const char *text);
 /* Logs what the process's spins came to (at exit). */
 void vs_spin_report(void);
 

@@ -52,6 +52,17 @@ static void test_quick_wakeup_spins_again(void)
     CHECK(paid);
 }
 
+/* /proc/loadavg's running count, and what is not one. */
+static void test_parse_running(void)
+{
+    CHECK_EQ(vs_spin_parse_running("0.50 0.40 0.30 3/456 12345\n"), 3);
+    CHECK_EQ(vs_spin_parse_running("7.82 6.99 5.45 16/121 9394"), 16);
+    CHECK_EQ(vs_spin_parse_running("0.50 0.40 0.30"), -1);
+    CHECK_EQ(vs_spin_parse_running("0.50 0.40 0.30 x/4 1"), -1);
+    CHECK_EQ(vs_spin_parse_running("0.50 0.40 0.30 3 1"), -1);
+    CHECK_EQ(vs_spin_parse_running(""), -1);
+}
+
 static void test_zero_ceiling_never_spins(void)
 {
     bool paid;
@@ -67,6 +78,9 @@ int main(void)
 {
     vs_config_load(&vs_config);
     vs_config.poll_us = 100000;
+    /* The budget's rules, whatever else runs on the machine meanwhile. */
+    vs_config.poll_crowded = true;
+    test_parse_running();
     test_unpaid_spins_stop();
     test_quick_wakeup_spins_again();
     test_zero_ceiling_never_spins();

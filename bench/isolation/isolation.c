@@ -1,0 +1,296 @@
+/* bench/isolation/isolation.c - does a bulk flow delay small messages on
+ * another connection of the same processes? (issue 24, goal 4)
+ *
+ * Plain sockets (no libvsocket calls): run both ends under the preload to
+ * carry the connections over vsocket, or without it for kernel TCP.
+ *
+ *   isolation server --port P [--bind A]
+ *       a thread per connection: the first byte a client sends says what
+ *       the connection is for: 'p' echoes 64-byte messages back, 'b' reads
+ *       and discards everything (a bulk sink).
+ *   isolation client --host H --port P [--seconds S] [--size B]
+ *       phase "alone": 64-byte ping-pongs on one connection for S seconds
+ *       (default 5); phase "bulk": the same while a second connection of
+ *       this process, on its own thread, writes B-byte writes (default
+ *       4 MiB) as fast as it can. One line per phase:
+ *         phase=alone rtts=N p50_us=... p99_us=... avg_us=...
+ *         phase=bulk rtts=N p50_us=... p99_us=... avg_us=... bulk_gbps=...
+ *       then "p99_ratio=X" (bulk p99 / alone p99).
+ *
+ * Exit 0 when both phases ran, 1 on any error. */
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MSG 64
+#define MAX_RTTS 2000000
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int addr_of(const char *host, const char *port, bool passive, struct sockaddr_storage *ss,
+                   socklen_t *len)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai;
+    hints.ai_flags = passive ? AI_PASSIVE : 0;
+    int rc = getaddrinfo(host, port, &hints, &ai);
+    if (rc) {
+        fprintf(stderr, "isolation: %s: %s\n", host ? host : "*", gai_strerror(rc));
+        return -1;
+    }
+    memcpy(ss, ai->ai_addr, ai->ai_addrlen);
+    *len = ai->ai_addrlen;
+    freeaddrinfo(ai);
+    return 0;
+}
+
+static int read_full(int fd, char *buf, size_t len)
+{
+    for (size_t got = 0; got < len;) {
+        ssize_t n = read(fd, buf + got, len - got);
+        if (n <= 0) {
+            if (n < 0 && errno == EINTR)
+                continue;
+            return -1;
+        }
+        got += (size_t)n;
+    }
+    return 0;
+}
+
+static int write_full(int fd, const char *buf, size_t len)
+{
+    for (size_t put = 0; put < len;) {
+        ssize_t n = write(fd, buf + put, len - put);
+        if (n <= 0) {
+            if (n < 0 && errno == EINTR)
+                continue;
+            return -1;
+        }
+        put += (size_t)n;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- server */
+
+static void *serve(void *arg)
+{
+    int fd = (int)(long)arg;
+    char kind, buf[1 << 16];
+    if (read_full(fd, &kind, 1) == 0) {
+        if (kind == 'p')
+            while (read_full(fd, buf, MSG) == 0 && write_full(fd, buf, MSG) == 0)
+                ;
+        else
+            while (read(fd, buf, sizeof(buf)) > 0)
+                ;
+    }
+    close(fd);
+    return NULL;
+}
+
+static int server(const char *bind_addr, const char *port)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+    if (addr_of(bind_addr, port, true, &ss, &len) < 0)
+        return 1;
+    int l = socket(ss.ss_family, SOCK_STREAM, 0), one = 1;
+    setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (l < 0 || bind(l, (struct sockaddr *)&ss, len) < 0 || listen(l, 64) < 0) {
+        perror("isolation: listen");
+        return 1;
+    }
+    for (;;) {
+        int c = accept(l, NULL, NULL);
+        if (c < 0) {
+            if (errno == EINTR)
+                continue;
+            perror("isolation: accept");
+            return 1;
+        }
+        setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        pthread_t t;
+        if (pthread_create(&t, NULL, serve, (void *)(long)c) != 0) {
+            close(c);
+            continue;
+        }
+        pthread_detach(t);
+    }
+}
+
+/* ---------------------------------------------------------------- client */
+
+static int dial(const char *host, const char *port, char kind)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+    if (addr_of(host, port, false, &ss, &len) < 0)
+        return -1;
+    int fd = socket(ss.ss_family, SOCK_STREAM, 0), one = 1;
+    if (fd < 0 || connect(fd, (struct sockaddr *)&ss, len) < 0) {
+        perror("isolation: connect");
+        return -1;
+    }
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (write_full(fd, &kind, 1) < 0)
+        return -1;
+    return fd;
+}
+
+struct bulk {
+    int fd;
+    size_t size;
+    atomic_bool stop;
+    unsigned long long bytes;
+    double secs;
+    int err;
+};
+
+static void *bulk_writer(void *arg)
+{
+    struct bulk *b = arg;
+    char *buf = malloc(b->size);
+    if (!buf) {
+        b->err = 1;
+        return NULL;
+    }
+    memset(buf, 'b', b->size);
+    double start = now_s();
+    while (!atomic_load(&b->stop)) {
+        if (write_full(b->fd, buf, b->size) < 0) {
+            b->err = 1;
+            break;
+        }
+        b->bytes += b->size;
+    }
+    b->secs = now_s() - start;
+    free(buf);
+    return NULL;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Ping-pongs on FD for SECONDS; the round trips in RTT (µs), their count
+ * returned, or -1. */
+static long pingpong(int fd, double seconds, double *rtt)
+{
+    char buf[MSG];
+    memset(buf, 'p', sizeof(buf));
+    long n = 0;
+    double end = now_s() + seconds;
+    while (n < MAX_RTTS) {
+        double t0 = now_s();
+        if (t0 >= end)
+            break;
+        if (write_full(fd, buf, MSG) < 0 || read_full(fd, buf, MSG) < 0)
+            return -1;
+        rtt[n++] = (now_s() - t0) * 1e6;
+    }
+    return n;
+}
+
+static double report(const char *phase, double *rtt, long n)
+{
+    double sum = 0;
+    for (long i = 0; i < n; i++)
+        sum += rtt[i];
+    qsort(rtt, (size_t)n, sizeof(*rtt), cmp_double);
+    double p99 = rtt[(n * 99) / 100];
+    printf("phase=%s rtts=%ld p50_us=%.1f p99_us=%.1f avg_us=%.1f", phase, n, rtt[n / 2], p99,
+           sum / (double)n);
+    return p99;
+}
+
+static int client(const char *host, const char *port, double seconds, size_t size)
+{
+    double *rtt = malloc(sizeof(double) * MAX_RTTS);
+    int pp = dial(host, port, 'p');
+    if (!rtt || pp < 0)
+        return 1;
+    /* A warm-up, so that vsocket's upgrade is done before anything counts. */
+    if (pingpong(pp, seconds / 5 + 0.5, rtt) < 0)
+        return 1;
+    long n = pingpong(pp, seconds, rtt);
+    if (n <= 0)
+        return 1;
+    double alone = report("alone", rtt, n);
+    printf("\n");
+    struct bulk b = {.fd = dial(host, port, 'b'), .size = size};
+    pthread_t t;
+    if (b.fd < 0 || pthread_create(&t, NULL, bulk_writer, &b) != 0)
+        return 1;
+    /* The bulk connection is up and streaming before the phase counts. */
+    if (pingpong(pp, seconds / 5 + 0.5, rtt) < 0)
+        return 1;
+    n = pingpong(pp, seconds, rtt);
+    /* The writer ends after its current write (the server reads on). */
+    atomic_store(&b.stop, true);
+    pthread_join(t, NULL);
+    if (n <= 0 || b.err)
+        return 1;
+    double bulk = report("bulk", rtt, n);
+    printf(" bulk_gbps=%.3f\np99_ratio=%.2f\n", (double)b.bytes * 8 / b.secs / 1e9, bulk / alone);
+    close(b.fd);
+    close(pp);
+    free(rtt);
+    return 0;
+}
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: isolation server --port P [--bind A]\n"
+                    "       isolation client --host H --port P [--seconds S] [--size B]\n");
+    exit(1);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2)
+        usage();
+    const char *host = NULL, *port = NULL, *bind_addr = NULL;
+    double seconds = 5;
+    size_t size = 4u << 20;
+    for (int i = 2; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--host"))
+            host = argv[i + 1];
+        else if (!strcmp(argv[i], "--port"))
+            port = argv[i + 1];
+        else if (!strcmp(argv[i], "--bind"))
+            bind_addr = argv[i + 1];
+        else if (!strcmp(argv[i], "--seconds"))
+            seconds = atof(argv[i + 1]);
+        else if (!strcmp(argv[i], "--size"))
+            size = strtoull(argv[i + 1], NULL, 0);
+        else
+            usage();
+    }
+    if (!port || seconds <= 0 || size == 0)
+        usage();
+    signal(SIGPIPE, SIG_IGN); /* a peer gone is an error return, reported */
+    if (!strcmp(argv[1], "server"))
+        return server(bind_addr, port);
+    if (!strcmp(argv[1], "client") && host)
+        return client(host, port, seconds, size);
+    usage();
+}
