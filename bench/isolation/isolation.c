@@ -19,19 +19,21 @@
  *
  * Exit 0 when both phases ran, 1 on any error. */
 #include <errno.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "toolutil.h"
 
 #define MSG 64
 #define MAX_RTTS 2000000
@@ -43,59 +45,15 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static int addr_of(const char *host, const char *port, bool passive, struct sockaddr_storage *ss,
-                   socklen_t *len)
-{
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai;
-    hints.ai_flags = passive ? AI_PASSIVE : 0;
-    int rc = getaddrinfo(host, port, &hints, &ai);
-    if (rc) {
-        fprintf(stderr, "isolation: %s: %s\n", host ? host : "*", gai_strerror(rc));
-        return -1;
-    }
-    memcpy(ss, ai->ai_addr, ai->ai_addrlen);
-    *len = ai->ai_addrlen;
-    freeaddrinfo(ai);
-    return 0;
-}
-
-static int read_full(int fd, char *buf, size_t len)
-{
-    for (size_t got = 0; got < len;) {
-        ssize_t n = read(fd, buf + got, len - got);
-        if (n <= 0) {
-            if (n < 0 && errno == EINTR)
-                continue;
-            return -1;
-        }
-        got += (size_t)n;
-    }
-    return 0;
-}
-
-static int write_full(int fd, const char *buf, size_t len)
-{
-    for (size_t put = 0; put < len;) {
-        ssize_t n = write(fd, buf + put, len - put);
-        if (n <= 0) {
-            if (n < 0 && errno == EINTR)
-                continue;
-            return -1;
-        }
-        put += (size_t)n;
-    }
-    return 0;
-}
-
 /* ---------------------------------------------------------------- server */
 
 static void *serve(void *arg)
 {
     int fd = (int)(long)arg;
     char kind, buf[1 << 16];
-    if (read_full(fd, &kind, 1) == 0) {
+    if (read_full(fd, &kind, 1) == 1) {
         if (kind == 'p')
-            while (read_full(fd, buf, MSG) == 0 && write_full(fd, buf, MSG) == 0)
+            while (read_full(fd, buf, MSG) == 1 && write_full(fd, buf, MSG) == 0)
                 ;
         else
             while (read(fd, buf, sizeof(buf)) > 0)
@@ -105,11 +63,11 @@ static void *serve(void *arg)
     return NULL;
 }
 
-static int server(const char *bind_addr, const char *port)
+static int server(const char *bind_addr, uint16_t port)
 {
     struct sockaddr_storage ss;
     socklen_t len;
-    if (addr_of(bind_addr, port, true, &ss, &len) < 0)
+    if (tool_resolve("isolation", bind_addr, port, AF_UNSPEC, SOCK_STREAM, true, &ss, &len) < 0)
         return 1;
     int l = socket(ss.ss_family, SOCK_STREAM, 0), one = 1;
     setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
@@ -137,11 +95,11 @@ static int server(const char *bind_addr, const char *port)
 
 /* ---------------------------------------------------------------- client */
 
-static int dial(const char *host, const char *port, char kind)
+static int dial(const char *host, uint16_t port, char kind)
 {
     struct sockaddr_storage ss;
     socklen_t len;
-    if (addr_of(host, port, false, &ss, &len) < 0)
+    if (tool_resolve("isolation", host, port, AF_UNSPEC, SOCK_STREAM, false, &ss, &len) < 0)
         return -1;
     int fd = socket(ss.ss_family, SOCK_STREAM, 0), one = 1;
     if (fd < 0 || connect(fd, (struct sockaddr *)&ss, len) < 0) {
@@ -203,7 +161,7 @@ static long pingpong(int fd, double seconds, double *rtt)
         double t0 = now_s();
         if (t0 >= end)
             break;
-        if (write_full(fd, buf, MSG) < 0 || read_full(fd, buf, MSG) < 0)
+        if (write_full(fd, buf, MSG) < 0 || read_full(fd, buf, MSG) != 1)
             return -1;
         rtt[n++] = (now_s() - t0) * 1e6;
     }
@@ -222,7 +180,7 @@ static double report(const char *phase, double *rtt, long n)
     return p99;
 }
 
-static int client(const char *host, const char *port, double seconds, size_t size)
+static int client(const char *host, uint16_t port, double seconds, size_t size)
 {
     double *rtt = malloc(sizeof(double) * MAX_RTTS);
     int pp = dial(host, port, 'p');
@@ -268,14 +226,15 @@ int main(int argc, char **argv)
 {
     if (argc < 2)
         usage();
-    const char *host = NULL, *port = NULL, *bind_addr = NULL;
+    const char *host = NULL, *bind_addr = NULL;
+    long port = 0;
     double seconds = 5;
     size_t size = 4u << 20;
     for (int i = 2; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--host"))
             host = argv[i + 1];
         else if (!strcmp(argv[i], "--port"))
-            port = argv[i + 1];
+            port = strtol(argv[i + 1], NULL, 10);
         else if (!strcmp(argv[i], "--bind"))
             bind_addr = argv[i + 1];
         else if (!strcmp(argv[i], "--seconds"))
@@ -285,12 +244,12 @@ int main(int argc, char **argv)
         else
             usage();
     }
-    if (!port || seconds <= 0 || size == 0)
+    if (port <= 0 || port > 65535 || seconds <= 0 || size == 0)
         usage();
     signal(SIGPIPE, SIG_IGN); /* a peer gone is an error return, reported */
     if (!strcmp(argv[1], "server"))
-        return server(bind_addr, port);
+        return server(bind_addr, (uint16_t)port);
     if (!strcmp(argv[1], "client") && host)
-        return client(host, port, seconds, size);
+        return client(host, (uint16_t)port, seconds, size);
     usage();
 }

@@ -2,6 +2,7 @@
 #include "toolutil.h"
 
 #include <errno.h>
+#include <unistd.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,4 +68,36 @@ int tool_parse_size(const char *s, uint64_t *out)
         return -1;
     *out = v;
     return 0;
+}
+
+int write_full(int fd, const void *p, size_t n)
+{
+    const char *b = p;
+    while (n > 0) {
+        ssize_t k = write(fd, b, n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return -1;
+        b += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+int read_full(int fd, void *p, size_t n)
+{
+    char *b = p;
+    while (n > 0) {
+        ssize_t k = read(fd, b, n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0)
+            return -1;
+        if (k == 0)
+            return 0;
+        b += k;
+        n -= (size_t)k;
+    }
+    return 1;
 }

@@ -26,8 +26,8 @@ enum test { TEST_PINGPONG = 1, TEST_STREAM = 2 };
 /* Control request, sent by the client at the start of every TCP connection:
  * REQ_WORDS little-endian u64: magic, test, size. For a stream, bits 8 and up of
  * the test word are a warm-up: that many 8-byte round trips (echoed by the
- * server) before the timed stream, e.g. so that a transport upgrade ends first. The server answers with one
- * u64 (REQ_MAGIC) before the test starts; after a stream test it sends back
+ * server) before the timed stream, e.g. so that a transport upgrade ends first. The server answers
+ * with one u64 (REQ_MAGIC) before the test starts; after a stream test it sends back
  * STREAM_REPLY_WORDS u64: bytes received and nanoseconds from first byte to EOF. */
 #define REQ_MAGIC 0x7673776565703031ULL /* "vsweep01" */
 #define REQ_WORDS 3
@@ -43,8 +43,6 @@ static inline int resolve(const char *host, uint16_t port, int socktype, bool pa
     return tool_resolve("vsocket-sweep", host, port, AF_UNSPEC, socktype, passive, ss, len);
 }
 void set_nodelay(int fd);
-int write_full(int fd, const void *p, size_t n);
-int read_full(int fd, void *p, size_t n); /* 1 ok, 0 EOF before n, -1 error */
 
 struct server_opts {
     const char *bind_addr;
