@@ -141,7 +141,8 @@ static void share_young(int fd, struct vs_sock *s, void *arg)
  * not used yet, go to the holder that uses them first (udp_shm.h). */
 static void fork_prepare(void)
 {
-    vs_fd_for_each(share_young, NULL);
+    if (vs_config.udp_shm)
+        vs_fd_for_each(share_young, NULL);
 }
 
 static void forget_in_child(int fd, struct vs_sock *s, void *arg)
@@ -157,7 +158,8 @@ static void forget_in_child(int fd, struct vs_sock *s, void *arg)
 static void fork_child(void)
 {
     vs_udp_set_pid(getpid());
-    vs_fd_for_each(forget_in_child, NULL);
+    if (vs_config.udp_shm)
+        vs_fd_for_each(forget_in_child, NULL);
 }
 
 /* A socket the new image inherits is read there on the kernel: its peers
@@ -174,7 +176,8 @@ static void exec_one(int fd, struct vs_sock *s, void *arg)
 
 static void before_exec(void)
 {
-    vs_fd_for_each(exec_one, NULL);
+    if (vs_config.udp_shm)
+        vs_fd_for_each(exec_one, NULL);
 }
 
 static void leave_all(const char *reason)
