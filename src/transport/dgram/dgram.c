@@ -121,36 +121,18 @@ static void release(struct vs_sock *s)
     s->conn = NULL;
 }
 
-static void nothing(void)
-{
-}
-
-static void share_young(int fd, struct vs_sock *s, void *arg)
-{
-    (void)fd;
-    (void)arg;
-    struct vs_udp_sock *u = s->ops == &vs_dgram_ops ? s->conn : NULL;
-    /* A socket busy in another thread is in use: it stays its carrier's. */
-    if (!u || pthread_mutex_trylock(&u->lock) != 0)
-        return;
-    vs_udp_share_young(u);
-    pthread_mutex_unlock(&u->lock);
-}
-
 /* A pre-fork server binds, forks, and its children receive: its sockets,
  * not used yet, go to the holder that uses them first (udp_shm.h). */
 static void fork_prepare(void)
 {
     if (vs_config.udp_shm)
-        vs_fd_for_each(share_young, NULL);
+        vs_udp_fork_prepare();
 }
 
-static void forget_in_child(int fd, struct vs_sock *s, void *arg)
+static void fork_parent(void)
 {
-    (void)fd;
-    (void)arg;
-    if (s->ops == &vs_dgram_ops && s->conn)
-        vs_udp_child_forget(s->conn);
+    if (vs_config.udp_shm)
+        vs_udp_fork_done(false);
 }
 
 /* The child's sockets are its parent's state's: it sends and receives on
@@ -159,7 +141,7 @@ static void fork_child(void)
 {
     vs_udp_set_pid(getpid());
     if (vs_config.udp_shm)
-        vs_fd_for_each(forget_in_child, NULL);
+        vs_udp_fork_done(true);
 }
 
 /* A socket the new image inherits is read there on the kernel: its peers
@@ -219,9 +201,9 @@ const struct vs_transport_ops vs_dgram_ops = {
     .leave = leave,
     .release = release,
     .fork_prepare = fork_prepare,
-    .fork_parent = nothing,
+    .fork_parent = fork_parent,
     .fork_child = fork_child,
-    .fork_failed = nothing,
+    .fork_failed = fork_parent,
     .before_exec = before_exec,
     .leave_all = leave_all,
 };

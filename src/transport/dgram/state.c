@@ -25,10 +25,56 @@
 
 static pid_t my_pid;
 
+/* Every state of this process, for the fork handlers: walked under
+ * states_lock, never through the socket table, whose references a fork
+ * handler must not drop (the last one would release a connection under
+ * locks the fork holds). */
+static pthread_mutex_t states_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct vs_udp_sock **states;
+static size_t nstates, states_cap;
+/* Taken at fork_prepare, released in both processes. */
+static struct vs_udp_sock **held;
+static size_t nheld;
+
 void vs_udp_set_pid(pid_t pid)
 {
     my_pid = pid;
 }
+
+static bool track(struct vs_udp_sock *u)
+{
+    pthread_mutex_lock(&states_lock);
+    if (nstates == states_cap) {
+        size_t cap = states_cap ? 2 * states_cap : 16;
+        struct vs_udp_sock **a = realloc(states, cap * sizeof(*a));
+        struct vs_udp_sock **h = realloc(held, cap * sizeof(*h));
+        if (a)
+            states = a;
+        if (h)
+            held = h;
+        if (!a || !h) {
+            pthread_mutex_unlock(&states_lock);
+            return false;
+        }
+        states_cap = cap;
+    }
+    states[nstates++] = u;
+    pthread_mutex_unlock(&states_lock);
+    return true;
+}
+
+static void untrack(struct vs_udp_sock *u)
+{
+    pthread_mutex_lock(&states_lock);
+    for (size_t i = 0; i < nstates; i++)
+        if (states[i] == u) {
+            states[i] = states[--nstates];
+            break;
+        }
+    pthread_mutex_unlock(&states_lock);
+}
+
+static int make_page(struct vs_udp_sock *u);
 
 struct vs_udp_sock *vs_udp_new(int fd, int family, struct vs_stats_record *stat)
 {
@@ -52,6 +98,12 @@ struct vs_udp_sock *vs_udp_new(int fd, int family, struct vs_stats_record *stat)
     for (int i = 0; i < VS_UDP_CALLERS; i++)
         u->caller[i] = -1;
     u->peek = -1;
+    /* The page from the start: whoever holds the socket after a fork can
+     * mark it left. */
+    if (make_page(u) < 0 || !track(u)) {
+        vs_udp_free(u);
+        return NULL;
+    }
     return u;
 }
 
@@ -78,7 +130,7 @@ struct vs_udp_sock *vs_udp_of(struct vs_sock *s)
     struct vs_udp_sock *u = s->conn;
     if (!u)
         return NULL;
-    if (atomic_load_explicit(&u->young_shared, memory_order_relaxed) ? !claim(u)
+    if (atomic_load_explicit(&u->young_shared, memory_order_acquire) ? !claim(u)
                                                                      : u->pid != my_pid) {
         /* Any use by another holder: a send's answers, like what it
          * receives, must reach the kernel socket, and an inherited epoll
@@ -169,7 +221,10 @@ static int make_page(struct vs_udp_sock *u)
     /* Sealed once ours is mapped: no peer can map it writable (and set
      * `left`, or the wake-up words, for us), nor shrink it under anyone. */
     int seals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL;
-    if (mem != MAP_FAILED && vs_syscall(SYS_fcntl, fd, F_ADD_SEALS, seals) != 0) {
+    /* Before Linux 5.1 there is no F_SEAL_FUTURE_WRITE: a peer could then
+     * set our words, which costs us wake-ups or shm, never a datagram. */
+    if (mem != MAP_FAILED && vs_syscall(SYS_fcntl, fd, F_ADD_SEALS, seals) != 0 &&
+        vs_syscall(SYS_fcntl, fd, F_ADD_SEALS, seals & ~F_SEAL_FUTURE_WRITE) != 0) {
         munmap(mem, VS_UDP_PAGE_SIZE);
         mem = MAP_FAILED;
     }
@@ -183,12 +238,52 @@ static int make_page(struct vs_udp_sock *u)
     return 0;
 }
 
-void vs_udp_share_young(struct vs_udp_sock *u)
+void vs_udp_fork_prepare(void)
 {
-    if (u->pid != my_pid || u->used || u->page || u->off || make_page(u) < 0)
+    pthread_mutex_lock(&states_lock);
+    nheld = 0;
+    for (size_t i = 0; i < nstates; i++) {
+        struct vs_udp_sock *u = states[i];
+        /* Held across the fork, so that the child never inherits it held
+         * by a thread it does not have. A state busy in another thread
+         * is in use: it stays its carrier's, and the child's use marks it
+         * left (it has the page). */
+        if (pthread_mutex_trylock(&u->lock) != 0)
+            continue;
+        held[nheld++] = u;
+        if (u->pid == my_pid && !u->used && !u->off) {
+            atomic_store(&u->page->carrier, 0);
+            atomic_store(&u->young_shared, true);
+        }
+    }
+}
+
+/* The child's copies of the carrier's rendezvous and pair sockets: held
+ * here too, they would keep its name bound and hide its death from its
+ * peers. The page stays mapped, for the mark. */
+static void child_forget(struct vs_udp_sock *u)
+{
+    if (atomic_load(&u->young_shared) || u->pid == my_pid)
         return;
-    atomic_store(&u->page->carrier, 0);
-    atomic_store(&u->young_shared, true);
+    for (int i = 0; i < VS_UDP_CALLERS; i++)
+        vs_udp_close(u, &u->caller[i]);
+    vs_udp_close(u, &u->listener);
+    for (uint32_t k = 0; k < u->nmade; k++) {
+        vs_udp_close(u, &u->pair[u->made[k]]->chan);
+        vs_udp_close(u, &u->pair[u->made[k]]->peer_event);
+    }
+}
+
+void vs_udp_fork_done(bool child)
+{
+    for (size_t i = 0; i < nheld; i++) {
+        /* A state we held is whole: safe to read in the child. */
+        if (child)
+            child_forget(held[i]);
+        pthread_mutex_unlock(&held[i]->lock);
+    }
+    nheld = 0;
+    pthread_mutex_unlock(&states_lock);
 }
 
 static void listen_at_bound(struct vs_udp_sock *u)
@@ -250,7 +345,7 @@ void vs_udp_use(struct vs_udp_sock *u, int fd)
     vs_udp_budget(u, fd);
     int ev = (int)vs_syscall(SYS_eventfd2, 0, EFD_NONBLOCK | EFD_CLOEXEC);
     u->event = vs_udp_own(u, ev);
-    if (u->news < 0 || u->event < 0 || (!u->page && make_page(u) < 0)) {
+    if (u->news < 0 || u->event < 0) {
         vs_info("udp shm: no descriptors for the set-up: this socket stays on the kernel");
         u->off = VS_REASON_NO_RESOURCES;
         return;
@@ -327,24 +422,9 @@ static void forget_pair(struct vs_udp_sock *u, struct vs_udp_pair *p)
     vs_udp_close(u, &p->peer_event);
 }
 
-void vs_udp_child_forget(struct vs_udp_sock *u)
-{
-    if (atomic_load(&u->young_shared) || u->pid == my_pid)
-        return;
-    /* The carrier's rendezvous and pair sockets: held here too, they would
-     * keep its name bound and hide its death from its peers. The page
-     * stays mapped, for the mark. (No lock: the child has one thread.) */
-    for (int i = 0; i < VS_UDP_CALLERS; i++)
-        vs_udp_close(u, &u->caller[i]);
-    vs_udp_close(u, &u->listener);
-    for (uint32_t k = 0; k < u->nmade; k++) {
-        vs_udp_close(u, &u->pair[u->made[k]]->chan);
-        vs_udp_close(u, &u->pair[u->made[k]]->peer_event);
-    }
-}
-
 void vs_udp_free(struct vs_udp_sock *u)
 {
+    untrack(u);
     bool ours = u->pid == my_pid;
     /* Every pair ends first (each end recounts the others), then goes. */
     for (uint32_t k = 0; ours && k < u->nmade; k++)

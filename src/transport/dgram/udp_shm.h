@@ -13,9 +13,12 @@
  * The state is this process's, the carrier's: another process holding the
  * socket (a forked child, an exec'd image) sends and receives on the
  * kernel. A socket forked before its first use is carried by the holder
- * that uses it first (a pre-fork server's child). Its first receive, or its image's exec, marks the
- * page "left": producers then send to this socket on the kernel, where every holder can read, and
- * the carrier ends its pairs at its next call, delivering what its rings still hold (udp.md §8).
+ * that uses it first (a pre-fork server's child). The page, made with the
+ * state, is shared by the holders: another holder's first use, or an exec
+ * that passes the socket on, marks it "left": producers then send to this
+ * socket on the kernel, where every holder reads, and the carrier ends
+ * its pairs at its next call, delivering what its rings still hold
+ * (udp.md §8).
  * Every function here is called with U->lock held unless it says so. */
 #ifndef VSOCKET_DGRAM_UDP_SHM_H
 #define VSOCKET_DGRAM_UDP_SHM_H
@@ -144,13 +147,12 @@ struct vs_udp_sock *vs_udp_new(int fd, int family, struct vs_stats_record *stat)
 struct vs_udp_sock *vs_udp_of(struct vs_sock *s);
 void vs_udp_free(struct vs_udp_sock *u);
 void vs_udp_set_pid(pid_t pid);
-/* Before a fork (fork_prepare, U locked): a socket not used yet gets its
- * page now, so that the holders share it and the first to use the socket
- * carries it. */
-void vs_udp_share_young(struct vs_udp_sock *u);
-/* In a forked child: closes the carrier's rendezvous and pair sockets
- * inherited with a state that is not this process's. */
-void vs_udp_child_forget(struct vs_udp_sock *u);
+/* fork: every state of the process locked if free (a state busy in
+ * another thread is skipped), those not used yet made claimable by the
+ * first holder to use them; then, in both processes, unlocked, the child
+ * closing its copies of the carrier's rendezvous and pair sockets. */
+void vs_udp_fork_prepare(void);
+void vs_udp_fork_done(bool child);
 /* The socket stays on the kernel from now on: every pair ends (what
  * their rings hold is still delivered). */
 void vs_udp_off(struct vs_udp_sock *u, const char *reason);
