@@ -156,6 +156,21 @@ def free_udp_port() -> int:
         return s.getsockname()[1]
 
 
+def free_dns_port() -> int:
+    """A port free for UDP and TCP both: NSD binds the two and exits if
+    either is taken (ctest runs other tests meanwhile)."""
+    import socket
+    for _ in range(100):
+        port = free_udp_port()
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as t:
+            try:
+                t.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
+    raise AssertionError("no port free for both UDP and TCP")
+
+
 def test_sockperf_ping_pong_on_shm(vs_env, tmp_path):
     """A real program: sockperf's UDP ping-pong, server and client under
     vsocket, completes with its figures, on the rings (the log's counts)."""
@@ -249,8 +264,11 @@ def dns_load(port, tmp_path, env):
                                     str(d / "queries"), "-n", "1000", "-t", "30"],
                              capture_output=True, text=True, timeout=HANG, env=run_env)
     finally:
-        os.killpg(nsd.pid, 15)
-        nsd.communicate(timeout=HANG)
+        if nsd.poll() is None:
+            os.killpg(nsd.pid, 15)
+        out_nsd = nsd.communicate(timeout=HANG)[0]
+        log = d / "nsd.log"
+        print(out_nsd, log.read_text(errors="replace") if log.exists() else "")
     m = DNSPERF.search(out.stdout)
     assert out.returncode == 0 and m, out.stdout + out.stderr
     return [int(x) for x in m.groups()]
@@ -262,9 +280,9 @@ def test_nsd_dnsperf_on_shm(vs_env, tmp_path):
     dnsperf comes up, and every query is answered, as without vsocket."""
     for prog in ("nsd", "dnsperf"):
         assert shutil.which(prog), f"{prog} missing: scripts/install-deps.sh test installs it"
-    plain = dns_load(free_udp_port(), tmp_path, None)
+    plain = dns_load(free_dns_port(), tmp_path, None)
     assert plain == [2000, 2000, 0, 2000], plain
-    under = dns_load(free_udp_port(), tmp_path, {**vs_env, **SHM})
+    under = dns_load(free_dns_port(), tmp_path, {**vs_env, **SHM})
     assert under == plain
     log = (tmp_path / "vsocket.log").read_text(errors="replace")
     assert len(set(re.findall(r"vsocket\[(\d+)\] debug: udp shm: pair with \S+ up", log))) == 2, \
