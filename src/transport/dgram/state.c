@@ -107,8 +107,6 @@ struct vs_udp_sock *vs_udp_new(int fd, int family, struct vs_stats_record *stat)
     return u;
 }
 
-/* A socket that left shm is still ours while its rings hold datagrams
- * to deliver (u->live counts them). */
 /* A socket forked before its first use: whether this process carries
  * it, claiming it if nobody has. */
 static bool claim(struct vs_udp_sock *u)
@@ -125,6 +123,8 @@ static bool claim(struct vs_udp_sock *u)
     return true;
 }
 
+/* A socket that left shm is still ours while its rings hold datagrams
+ * to deliver (u->live counts them). */
 struct vs_udp_sock *vs_udp_of(struct vs_sock *s)
 {
     struct vs_udp_sock *u = s->conn;
@@ -238,6 +238,14 @@ static int make_page(struct vs_udp_sock *u)
     return 0;
 }
 
+/* Our rendezvous: its listener and the callers accepted on it. */
+static void close_rendezvous(struct vs_udp_sock *u)
+{
+    for (int i = 0; i < VS_UDP_CALLERS; i++)
+        vs_udp_close(u, &u->caller[i]);
+    vs_udp_close(u, &u->listener);
+}
+
 void vs_udp_fork_prepare(void)
 {
     pthread_mutex_lock(&states_lock);
@@ -265,9 +273,7 @@ static void child_forget(struct vs_udp_sock *u)
 {
     if (atomic_load(&u->young_shared) || u->pid == my_pid)
         return;
-    for (int i = 0; i < VS_UDP_CALLERS; i++)
-        vs_udp_close(u, &u->caller[i]);
-    vs_udp_close(u, &u->listener);
+    close_rendezvous(u);
     for (uint32_t k = 0; k < u->nmade; k++) {
         vs_udp_close(u, &u->pair[u->made[k]]->chan);
         vs_udp_close(u, &u->pair[u->made[k]]->peer_event);
@@ -322,9 +328,7 @@ void vs_udp_off(struct vs_udp_sock *u, const char *reason)
         vs_udp_pair_down(u, (int)u->made[k], reason);
     /* Callers already accepted hang up too: no pair comes up again (the
      * rings still drain meanwhile, and the service with them). */
-    for (int i = 0; i < VS_UDP_CALLERS; i++)
-        vs_udp_close(u, &u->caller[i]);
-    vs_udp_close(u, &u->listener);
+    close_rendezvous(u);
     u->off = reason;
     vs_stats_set_reason(u->stat, reason);
     vs_udp_bump(u);
@@ -434,9 +438,7 @@ void vs_udp_free(struct vs_udp_sock *u)
         forget_pair(u, p);
         free(p);
     }
-    for (int i = 0; i < VS_UDP_CALLERS; i++)
-        vs_udp_close(u, &u->caller[i]);
-    vs_udp_close(u, &u->listener);
+    close_rendezvous(u);
     vs_udp_close(u, &u->event);
     vs_udp_close(u, &u->news);
     vs_udp_close(u, &u->page_fd);
