@@ -2,19 +2,16 @@
  * transports' blocking calls alike. */
 #include "core/spin.h"
 
-#include <fcntl.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
-#include <unistd.h>
-
-#include "base/syscall.h"
-
 #include <string.h>
+#include <unistd.h>
 
 #include "config/config.h"
 #include "config/log.h"
 #include "core/clock.h"
+#include "core/procfile.h"
 #include "memory/cpu.h"
 
 /* What the spins of this process came to, logged at exit
@@ -126,15 +123,8 @@ static bool crowded(long now)
     if (!cpus)
         cpus = sysconf(_SC_NPROCESSORS_ONLN);
     char buf[128];
-    int fd = (int)vs_syscall(SYS_openat, AT_FDCWD, "/proc/loadavg", O_RDONLY | O_CLOEXEC);
-    long n = fd >= 0 ? vs_syscall(SYS_read, fd, buf, sizeof(buf) - 1) : -1;
-    if (fd >= 0)
-        vs_syscall(SYS_close, fd);
-    bool flag = false;
-    if (n > 0) {
-        buf[n] = '\0';
-        flag = vs_spin_parse_running(buf) > cpus;
-    }
+    bool flag = vs_read_small_file("/proc/loadavg", buf, sizeof(buf)) > 0 &&
+                vs_spin_parse_running(buf) > cpus;
     atomic_store_explicit(&crowd_flag, flag, memory_order_relaxed);
     return flag;
 }
