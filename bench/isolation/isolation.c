@@ -16,6 +16,12 @@
  *         phase=alone rtts=N p50_us=... p99_us=... avg_us=...
  *         phase=bulk rtts=N p50_us=... p99_us=... avg_us=... bulk_gbps=...
  *       then "p99_ratio=X" (bulk p99 / alone p99).
+ *   isolation pingers --host H --port P [--threads N] [--seconds S]
+ *       N connections (default 8), each ping-ponging 64-byte messages on a
+ *       thread of its own for S seconds after a warm-up that all finish
+ *       first (issue 24 goal 3: a thread-per-connection server and client).
+ *       One line: "threads=N rtts=TOTAL rtts_per_s=R min_thread=M", M the
+ *       fewest round trips one thread made.
  *
  * Exit 0 when both phases ran, 1 on any error. */
 #include <errno.h>
@@ -215,10 +221,70 @@ static int client(const char *host, uint16_t port, double seconds, size_t size)
     return 0;
 }
 
+struct pinger {
+    int fd;
+    double seconds;
+    pthread_barrier_t *start;
+    double *rtt;
+    long rtts;
+};
+
+static void *pinger(void *arg)
+{
+    struct pinger *p = arg;
+    /* The warm-up carries each connection's upgrade; the barrier makes the
+     * counted phase start with every connection warm. */
+    bool ok = pingpong(p->fd, p->seconds / 5 + 0.5, p->rtt) >= 0;
+    pthread_barrier_wait(p->start);
+    p->rtts = ok ? pingpong(p->fd, p->seconds, p->rtt) : -1;
+    return NULL;
+}
+
+static int pingers(const char *host, uint16_t port, double seconds, int threads)
+{
+    struct pinger *p = calloc((size_t)threads, sizeof(*p));
+    pthread_t *t = calloc((size_t)threads, sizeof(*t));
+    pthread_barrier_t start;
+    if (!p || !t || pthread_barrier_init(&start, NULL, (unsigned)threads) != 0)
+        return 1;
+    for (int i = 0; i < threads; i++) {
+        p[i] = (struct pinger){.fd = dial(host, port, 'p'), .seconds = seconds, .start = &start};
+        p[i].rtt = malloc(sizeof(double) * MAX_RTTS);
+        if (p[i].fd < 0 || !p[i].rtt)
+            return 1;
+    }
+    for (int i = 0; i < threads; i++)
+        if (pthread_create(&t[i], NULL, pinger, &p[i]) != 0)
+            return 1;
+    long total = 0, fewest = -1;
+    int failed = 0;
+    for (int i = 0; i < threads; i++) {
+        pthread_join(t[i], NULL);
+        if (p[i].rtts <= 0)
+            failed++;
+        total += p[i].rtts > 0 ? p[i].rtts : 0;
+        if (fewest < 0 || p[i].rtts < fewest)
+            fewest = p[i].rtts;
+        close(p[i].fd);
+        free(p[i].rtt);
+    }
+    if (failed) {
+        fprintf(stderr, "isolation: %d of %d pingers failed\n", failed, threads);
+        return 1;
+    }
+    printf("threads=%d rtts=%ld rtts_per_s=%.0f min_thread=%ld\n", threads, total,
+           (double)total / seconds, fewest);
+    pthread_barrier_destroy(&start);
+    free(p);
+    free(t);
+    return 0;
+}
+
 static void usage(void)
 {
     fprintf(stderr, "usage: isolation server --port P [--bind A]\n"
-                    "       isolation client --host H --port P [--seconds S] [--size B]\n");
+                    "       isolation client --host H --port P [--seconds S] [--size B]\n"
+                    "       isolation pingers --host H --port P [--threads N] [--seconds S]\n");
     exit(1);
 }
 
@@ -230,6 +296,7 @@ int main(int argc, char **argv)
     long port = 0;
     double seconds = 5;
     size_t size = 4u << 20;
+    long threads = 8;
     for (int i = 2; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--host"))
             host = argv[i + 1];
@@ -239,17 +306,21 @@ int main(int argc, char **argv)
             bind_addr = argv[i + 1];
         else if (!strcmp(argv[i], "--seconds"))
             seconds = atof(argv[i + 1]);
+        else if (!strcmp(argv[i], "--threads"))
+            threads = strtol(argv[i + 1], NULL, 10);
         else if (!strcmp(argv[i], "--size"))
             size = strtoull(argv[i + 1], NULL, 0);
         else
             usage();
     }
-    if (port <= 0 || port > 65535 || seconds <= 0 || size == 0)
+    if (port <= 0 || port > 65535 || seconds <= 0 || size == 0 || threads < 1 || threads > 256)
         usage();
     signal(SIGPIPE, SIG_IGN); /* a peer gone is an error return, reported */
     if (!strcmp(argv[1], "server"))
         return server(bind_addr, (uint16_t)port);
     if (!strcmp(argv[1], "client") && host)
         return client(host, (uint16_t)port, seconds, size);
+    if (!strcmp(argv[1], "pingers") && host)
+        return pingers(host, (uint16_t)port, seconds, (int)threads);
     usage();
 }

@@ -75,7 +75,7 @@ static void do_write(struct conn *c, bool drain)
             conn_shutdown_wr(c);
             return;
         }
-        ssize_t k = send(c->fd, c->tx.buf + c->tx.off, c->tx.len - c->tx.off, MSG_NOSIGNAL);
+        ssize_t k = send_some(c->fd, c->tx.buf + c->tx.off, c->tx.len - c->tx.off);
         if (k > 0) {
             c->tx.off += (size_t)k;
             c->tx.bytes += (uint64_t)k;

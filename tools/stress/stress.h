@@ -166,6 +166,10 @@ int accept_until(int lfd, uint64_t deadline_ns);
 int set_io_timeout(int fd, int ms);
 int set_nonblock(int fd, bool on);
 /* Full-length blocking transfer; -1 with errno on error, ETIMEDOUT past the deadline. */
+/* One send of up to N bytes; every other call (by N and P) as one sendmsg of
+ * several buffers, a zero-length one among them, which a transport must
+ * carry as the same bytes. */
+ssize_t send_some(int fd, const uint8_t *p, size_t n);
 int send_all(int fd, const void *p, size_t n, uint64_t deadline_ns);
 int recv_all(int fd, void *p, size_t n, uint64_t deadline_ns); /* 0 on EOF before n */
 

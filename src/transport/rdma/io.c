@@ -458,31 +458,76 @@ static void maybe_switch(struct vs_rdma_conn *c)
         atomic_store_explicit(&c->st.tx_switched, true, memory_order_release);
 }
 
-/* Copies LEN bytes at BUF into the send copy and writes them to the peer.
- * Bytes written in *DONE, even when a later part fails: those are sent.
- * (tx) */
-static int ring_write(struct vs_rdma_conn *c, const char *buf, size_t len, size_t *done)
+/* Writes the send copy's bytes from c->tx_head to END to the peer. (tx) */
+static int post_span(struct vs_rdma_conn *c, uint64_t end)
 {
-    *done = 0;
-    while (len > 0) {
-        uint64_t off = c->tx_head & (c->tx_size - 1);
-        size_t run = len;
-        if (run > c->tx_size - off)
-            run = (size_t)(c->tx_size - off);
-        /* A write is seen whole when it completes: in quarters of the ring
-         * the receiver reads (and credits) the first while the rest flies. */
-        if (run > c->tx_size / 4)
-            run = (size_t)(c->tx_size / 4);
-        memcpy((char *)c->tx.mem + off, buf, run);
-        int rc = vs_rdma_post_data(c, c->tx_head, run);
-        if (rc < 0)
-            return rc;
-        c->tx_head += run;
-        buf += run;
-        len -= run;
-        *done += run;
+    if (end == c->tx_head)
+        return 0;
+    int rc = vs_rdma_post_data(c, c->tx_head, (size_t)(end - c->tx_head));
+    if (rc == 0)
+        c->tx_head = end;
+    return rc;
+}
+
+/* Copies up to ROOM bytes of IOV (CNT buffers, the first from byte SKIP)
+ * into the send copy and writes them to the peer, as few writes as the
+ * ring allows: a write ends only at the ring's end or after a quarter of
+ * it (the receiver reads and credits the first quarter while the rest
+ * flies), never between buffers. A sendmsg of a header, a value and a
+ * trailer is one message, as it is one TCP segment: a write per buffer
+ * tripled memcached's frames, completions and wake-ups. STOP_BIG: stop
+ * before a later buffer of zero-copy size (the caller sends it so). Bytes
+ * written in *DONE, even when a later write fails: those are sent. (tx) */
+static int ring_write(struct vs_rdma_conn *c, const struct iovec *iov, int cnt, size_t skip,
+                      uint64_t room, bool stop_big, size_t *done)
+{
+    uint64_t start = c->tx_head, end = start, quarter = c->tx_size / 4;
+    int rc = 0;
+    for (int i = 0; i < cnt && end - start < room && rc == 0; i++, skip = 0) {
+        if (i > 0 && stop_big && iov[i].iov_len >= vs_config.rdma_zcopy)
+            break;
+        const char *buf = (const char *)iov[i].iov_base + skip;
+        size_t len = iov[i].iov_len - skip;
+        while (len > 0 && end - start < room) {
+            uint64_t off = end & (c->tx_size - 1);
+            /* At the ring's end or a quarter: the span so far goes first. */
+            if ((off == 0 && end != c->tx_head) || end - c->tx_head == quarter) {
+                if ((rc = post_span(c, end)) != 0)
+                    break;
+                continue;
+            }
+            uint64_t run = len;
+            if (run > room - (end - start))
+                run = room - (end - start);
+            if (run > c->tx_size - off)
+                run = c->tx_size - off;
+            if (run > quarter - (end - c->tx_head))
+                run = quarter - (end - c->tx_head);
+            memcpy((char *)c->tx.mem + off, buf, (size_t)run);
+            end += run;
+            buf += run;
+            len -= (size_t)run;
+        }
     }
-    return 0;
+    if (rc == 0)
+        rc = post_span(c, end);
+    *done = (size_t)(c->tx_head - start);
+    return rc;
+}
+
+/* Moves (*I, *IN_IOV) past N bytes of IOV. */
+static void iov_advance(const struct iovec *iov, int cnt, int *i, size_t *in_iov, size_t n)
+{
+    while (n > 0 && *i < cnt) {
+        size_t left = iov[*i].iov_len - *in_iov;
+        if (n < left) {
+            *in_iov += n;
+            return;
+        }
+        n -= left;
+        (*i)++;
+        *in_iov = 0;
+    }
 }
 
 bool vs_rdma_wait_placed(struct vs_rdma_conn *c, long limit_ns)
@@ -575,19 +620,13 @@ static ssize_t rdma_send(struct vs_rdma_conn *c, int fd, const struct iovec *iov
                 return -EINPROGRESS; /* the caller lets go of the send lock */
             continue;
         }
-        size_t run = iov[i].iov_len - in_iov;
-        if (run > room)
-            run = (size_t)room;
         size_t done;
-        int rc = ring_write(c, (const char *)iov[i].iov_base + in_iov, run, &done);
+        bool stop_big = vs_config.rdma_zcopy && !vs_call_nonblocking(&nonblock, flags, fd);
+        int rc = ring_write(c, iov + i, cnt - i, in_iov, room, stop_big, &done);
         /* What went out counts whatever happened to the rest: the program
          * must not send it again. */
         total += done;
-        in_iov += done;
-        if (in_iov == iov[i].iov_len) {
-            i++;
-            in_iov = 0;
-        }
+        iov_advance(iov, cnt, &i, &in_iov, done);
         if (rc == -EAGAIN) {
             /* The send queue is full: its completions free it. */
             if (vs_call_nonblocking(&nonblock, flags, fd))
