@@ -755,8 +755,22 @@ def check_server_stat(server: Server, port: Optional[int] = None, *, peer: str,
     if reason is not None:
         socks = check_kernel_sockets(procs, f"server {server.name}", reason)
     else:
-        socks = check_tcp_paths(procs, f"server {server.name}", peer=peer, min_conns=min_conns,
-                                settled=settled, min_shm=min_shm, handoff_ok=handoff_ok)
+        # A client that finished may have closed a connection the server has
+        # not closed yet (it sees the end at its next call): one that lived for
+        # a request stays on the kernel, rightly, and counts as such once
+        # closed (seen: ganesha's MOUNT connection of the last nfs-ls, still
+        # open at the check). So wait for that event; the timeout only bounds
+        # a hang, and a wrong transport fails at once.
+        last = [procs]
+
+        def fetch():
+            last[0] = stat_for_tree(server.runner.vsocket, server.pid) or last[0]
+            return last[0]
+
+        socks = wait_tcp_paths(fetch, f"server {server.name}", peer=peer, timeout=30,
+                               min_conns=min_conns, settled=settled, min_shm=min_shm,
+                               handoff_ok=handoff_ok)
+        procs = last[0]
     if port is not None:
         want = "listening" if proto == "tcp" else ("bound", "open", "connected")
         found = find_sockets(socks, proto=proto, state=want, port=port, closed=False)
