@@ -458,6 +458,21 @@ static void maybe_switch(struct vs_rdma_conn *c)
         atomic_store_explicit(&c->st.tx_switched, true, memory_order_release);
 }
 
+/* Whether a send may take a buffer zero-copy: its size, and a blocking
+ * call, asked of the fd only for a buffer of that size (a system call a
+ * small send must not pay). */
+struct zcopy_ask {
+    int *nonblock; /* vs_call_nonblocking's cache */
+    int flags;
+    int fd;
+};
+
+static bool zcopy_candidate(const struct iovec *iov, struct zcopy_ask *z)
+{
+    return vs_config.rdma_zcopy && iov->iov_len >= vs_config.rdma_zcopy &&
+           !vs_call_nonblocking(z->nonblock, z->flags, z->fd);
+}
+
 /* Writes the send copy's bytes from c->tx_head to END to the peer. (tx) */
 static int post_span(struct vs_rdma_conn *c, uint64_t end)
 {
@@ -475,16 +490,16 @@ static int post_span(struct vs_rdma_conn *c, uint64_t end)
  * it (the receiver reads and credits the first quarter while the rest
  * flies), never between buffers. A sendmsg of a header, a value and a
  * trailer is one message, as it is one TCP segment: a write per buffer
- * tripled memcached's frames, completions and wake-ups. STOP_BIG: stop
- * before a later buffer of zero-copy size (the caller sends it so). Bytes
- * written in *DONE, even when a later write fails: those are sent. (tx) */
+ * tripled memcached's frames, completions and wake-ups. It stops before
+ * a later buffer the caller may send zero-copy (Z). Bytes written in
+ * *DONE, even when a later write fails: those are sent. (tx) */
 static int ring_write(struct vs_rdma_conn *c, const struct iovec *iov, int cnt, size_t skip,
-                      uint64_t room, bool stop_big, size_t *done)
+                      uint64_t room, struct zcopy_ask *z, size_t *done)
 {
     uint64_t start = c->tx_head, end = start, quarter = c->tx_size / 4;
     int rc = 0;
     for (int i = 0; i < cnt && end - start < room && rc == 0; i++, skip = 0) {
-        if (i > 0 && stop_big && iov[i].iov_len >= vs_config.rdma_zcopy)
+        if (i > 0 && zcopy_candidate(&iov[i], z))
             break;
         const char *buf = (const char *)iov[i].iov_base + skip;
         size_t len = iov[i].iov_len - skip;
@@ -515,10 +530,12 @@ static int ring_write(struct vs_rdma_conn *c, const struct iovec *iov, int cnt, 
     return rc;
 }
 
-/* Moves (*I, *IN_IOV) past N bytes of IOV. */
+/* Moves (*I, *IN_IOV) past N bytes of IOV and past empty buffers: it rests
+ * on a byte to send, or at CNT (an empty buffer before a zero-copy one
+ * would otherwise be a gather of nothing, for ever). */
 static void iov_advance(const struct iovec *iov, int cnt, int *i, size_t *in_iov, size_t n)
 {
-    while (n > 0 && *i < cnt) {
+    while (*i < cnt) {
         size_t left = iov[*i].iov_len - *in_iov;
         if (n < left) {
             *in_iov += n;
@@ -568,6 +585,8 @@ static ssize_t rdma_send(struct vs_rdma_conn *c, int fd, const struct iovec *iov
     size_t total = 0, want = vs_iov_total(iov, (size_t)cnt);
     int i = 0;
     size_t in_iov = 0;
+    struct zcopy_ask zc = {&nonblock, flags, fd};
+    iov_advance(iov, cnt, &i, &in_iov, 0);
     while (total < want) {
         /* A CUT the peer sent before it went counts first. */
         vs_rdma_poll(c);
@@ -580,8 +599,7 @@ static ssize_t rdma_send(struct vs_rdma_conn *c, int fd, const struct iovec *iov
             vs_raise_sigpipe(flags);
             return -EPIPE;
         }
-        if (in_iov == 0 && iov[i].iov_len >= vs_config.rdma_zcopy && vs_config.rdma_zcopy &&
-            !vs_call_nonblocking(&nonblock, flags, fd)) {
+        if (in_iov == 0 && zcopy_candidate(&iov[i], &zc)) {
             ssize_t z = vs_rdma_zcopy_send(c, fd, iov[i].iov_base, iov[i].iov_len, flags);
             if (z < 0)
                 return total ? (ssize_t)total : z;
@@ -621,8 +639,7 @@ static ssize_t rdma_send(struct vs_rdma_conn *c, int fd, const struct iovec *iov
             continue;
         }
         size_t done;
-        bool stop_big = vs_config.rdma_zcopy && !vs_call_nonblocking(&nonblock, flags, fd);
-        int rc = ring_write(c, iov + i, cnt - i, in_iov, room, stop_big, &done);
+        int rc = ring_write(c, iov + i, cnt - i, in_iov, room, &zc, &done);
         /* What went out counts whatever happened to the rest: the program
          * must not send it again. */
         total += done;
@@ -704,7 +721,9 @@ ssize_t vs_rdma_sendmsg(struct vs_sock *s, int fd, const struct msghdr *msg, int
         if (rc < 0)
             return vs_errno_result(rc);
     }
-    if (!vs_rdma_active(c) || (flags & MSG_OOB))
+    /* Nothing to send: the kernel's answer (0, or the socket's error), not
+     * EAGAIN from a send of nothing on RDMA. */
+    if (!vs_rdma_active(c) || (flags & MSG_OOB) || vs_iov_total(msg->msg_iov, msg->msg_iovlen) == 0)
         return vs_real.sendmsg(fd, msg, flags);
     pthread_mutex_lock(&c->tx_lock);
     forked_io(c);

@@ -548,6 +548,18 @@ def _(s, ctl):
     expect(n == 9008, f"os.writev returned {n}")
     n = os.write(s.fileno(), b"plain-write")
     expect(n == 11, f"os.write returned {n}")
+    # sends of nothing return 0, blocking or not, as the kernel's do (on
+    # RDMA they said EAGAIN)
+    for blocking in (True, False):
+        s.setblocking(blocking)
+        for how, call in (("send", lambda: s.send(b"")), ("sendmsg []", lambda: s.sendmsg([])),
+                          ("sendmsg empties", lambda: s.sendmsg([b"", b""]))):
+            try:
+                n = call()
+            except OSError as e:
+                n = e
+            expect(n == 0, f"{how} of nothing (blocking={blocking}) returned {n!r}")
+    s.setblocking(True)
     ctl.sync("done")
     return {"recvmsg_calls": calls}
 
