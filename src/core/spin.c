@@ -129,6 +129,16 @@ static bool crowded(long now)
     return flag;
 }
 
+bool vs_spin_spent(void)
+{
+    long ceiling = vs_spin_ns();
+    if (ceiling <= 0 || budget_now(ceiling) > 0)
+        return false;
+    vs_spin_count(VS_SPIN_SKIPPED);
+    gave_up_at = vs_now_ns();
+    return true;
+}
+
 bool vs_spin_until(bool (*ready)(void *, const void *), void *arg, const void *arg2)
 {
     long ceiling = vs_spin_ns();

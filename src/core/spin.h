@@ -11,6 +11,10 @@
  * sleeps calls vs_spin_woke() when the sleep ends. */
 bool vs_spin_until(bool (*ready)(void *, const void *), void *arg, const void *arg2);
 void vs_spin_woke(void);
+/* True when the thread's budget is spent (a spin now would sleep at once):
+ * counted as vs_spin_until would, and the caller, which then sleeps without
+ * a spin, calls vs_spin_woke() after as well. */
+bool vs_spin_spent(void);
 /* The running threads in /proc/loadavg's TEXT, or -1. */
 int vs_spin_parse_running(const char *text);
 /* Logs what the process's spins came to (at exit). */

@@ -1368,6 +1368,20 @@ static unsigned edges(struct vs_sock *s, struct rec *r, unsigned m, unsigned fro
     return m;
 }
 
+/* A sleep on W's set ended unheard (a slice): its shared watches are read
+ * all the same. Their edge may have gone to another process's wait on the
+ * set (a forked child's, which drops it): the event would stay unread, and
+ * a CQ counted as armed until it is read never rings again (cq.c). (lock) */
+static void read_shared(struct wait *w)
+{
+    sorting_for = w->epfd;
+    for (int i = 0; i < SHARED_MAX; i++)
+        if (shared[i].refs && shared[i].epfd == w->epfd)
+            shared[i].ops->shared_news(shared[i].fd);
+    sorting_for = -1;
+    w->kicked = true;
+}
+
 static void translate(struct wait *w, const struct epoll_event *kev, int n)
 {
     for (int i = 0; i < n; i++) {
@@ -1622,8 +1636,10 @@ static int wait_translated(int epfd, struct epoll_event *events, int max, long t
             sweep(epfd, w.now);
         scan(&w, true);
         /* Nothing on a transport's memory: no reason for a first look
-         * that does not sleep (a short-lived connection's every wait). */
-        if (iter == 0 && !w.spins && w.n == 0 && timeout_ns != 0)
+         * that does not sleep (a short-lived connection's every wait), nor
+         * when the next look would not spin either (the budget is spent:
+         * a system call per wait saved). */
+        if (iter == 0 && w.n == 0 && timeout_ns != 0 && (!w.spins || vs_spin_spent()))
             left = deadline < 0 ? -1 : deadline - w.now > 0 ? deadline - w.now : 0;
         /* Counted before the last look: a thread that reads a shared
          * watch after it either sees us asleep or sorted before the look. */
@@ -1660,6 +1676,8 @@ static int wait_translated(int epfd, struct epoll_event *events, int max, long t
         disarm_all(&a);
         if (n > 0)
             translate(&w, kev, n);
+        else if (n == 0 && asleep && shared_in[epfd] > 0)
+            read_shared(&w);
         if (w.kicked) {
             w.kicked = false;
             warm_set(epfd, true);

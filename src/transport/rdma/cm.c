@@ -232,6 +232,15 @@ static void connector_listen(struct vs_rdma_conn *c)
         return fail(c, VS_REASON_NO_RESOURCES);
     if (rdma_bind_addr(c->listen_id, (struct sockaddr *)&c->local) < 0) {
         int err = errno;
+        /* Taken: an rdma_cm id of an earlier connection on the same TCP
+         * port, which the kernel destroys some time after its process
+         * exited, while TCP reused the port at once (found: 1 connection
+         * in 249 fork-carry spawns stayed on the kernel). Again later,
+         * within the set-up's time; the accepter keeps calling meanwhile. */
+        if (err == EADDRINUSE && vs_now_ns() < c->up.deadline_ns) {
+            destroy_id(&c->listen_id);
+            return retry_later(c);
+        }
         /* No device on our address: RDMA cannot reach us here. */
         vs_info("rdma: cannot listen on the connection's address: %s", strerror(err));
         return fail(c, err == EADDRINUSE ? VS_REASON_RENDEZVOUS_UNAVAILABLE
@@ -608,6 +617,7 @@ void vs_rdma_progress(struct vs_rdma_conn *c, int fd)
         return;
     if (atomic_load(&c->hs) == VS_RDMA_YOUNG && !vs_upgrade_lives(&c->up, &c->st))
         return;
+    vs_rdma_cq_home(c);
     /* Events first, outside our lock (dev.c takes it per event). */
     vs_rdma_dev_events();
     if (pthread_mutex_trylock(&c->ctl_lock) != 0)
@@ -638,6 +648,11 @@ void vs_rdma_progress(struct vs_rdma_conn *c, int fd)
             else
                 fail(c, VS_REASON_HANDSHAKE_TIMEOUT);
         }
+    } else if (hs == VS_RDMA_RETRY && !c->accepter) {
+        /* Our address was taken: not the peer's silence. Past the set-up's
+         * time, connector_listen gives up (rendezvous-unavailable). */
+        if (vs_now_ns() >= c->next_try_ns)
+            connector_listen(c);
     } else if (hs == VS_RDMA_RETRY || hs == VS_RDMA_LISTEN) {
         if (vs_upgrade_peer_silent(&c->up, &c->st, fd))
             no_answer(c);

@@ -46,7 +46,8 @@ enum vs_rdma_hs {
     VS_RDMA_YOUNG,     /* not started: the connection has not yet shown it will live */
     VS_RDMA_LISTEN,    /* connector: listening for the accepter on rdma_cm */
     VS_RDMA_RESOLVE,   /* accepter: resolving the connector's address and route */
-    VS_RDMA_RETRY,     /* accepter: the connector did not answer yet, call again later */
+    VS_RDMA_RETRY,     /* accepter: the connector did not answer yet, call again later;
+                          connector: its address was still taken, listen again later */
     VS_RDMA_CONNECT,   /* accepter: connect request sent */
     VS_RDMA_ACCEPT,    /* connector: accepted a caller, waiting for its proof */
     VS_RDMA_WAIT_RING, /* accepter: proof and ring sent, waiting for the connector's ring */
@@ -85,7 +86,9 @@ struct vs_rdma_conn {
 
     /* Verbs resources (valid once the queue pair exists). */
     struct ibv_pd *pd;
-    /* The CQ and channel of the group of the thread that set it up (cq.c);
+    /* The thread that made its calls last while it was set up (cq.c). */
+    _Atomic uint64_t home_thread;
+    /* The CQ and channel of that thread's group (cq.c);
      * its completions, sorted there, wait in its inbox (group lock). */
     struct vs_rdma_cqg *cqg;
     struct vs_rdma_gcq *gcq; /* its CQ there */

@@ -35,12 +35,21 @@ struct vs_rdma_gcq {
     unsigned size;
     unsigned room;    /* completions not reserved */
     unsigned unacked; /* channel events not acknowledged yet */
+    /* Armed since its last event was read: the device is armed, or an
+     * event of it waits in the channel (readable, and read before this is
+     * cleared). Arming again would be a system call for nothing. Waits
+     * that end unheard read the channel all the same (io.c, epoll.c's
+     * read_shared): an edge a forked child's epoll took leaves an event
+     * nobody else would read. (group) */
+    bool armed;
 };
 
-/* A thread in a blocking sleep: its eventfd, and that fd's owner. */
+/* A thread in a blocking sleep: its eventfd, that fd's owner, and whether
+ * the fd was written (its wake-up then reads it, and only then). */
 struct sleeper {
     int fd;
     const void *owner;
+    bool woken;
 };
 
 struct vs_rdma_cqg {
@@ -57,7 +66,9 @@ struct vs_rdma_cqg {
     unsigned nslots;
     struct sleeper sleepers[SLEEPERS_MAX]; /* threads in a blocking sleep */
     unsigned nsleepers;
-    bool orphan;              /* its thread exited: the next thread may adopt it */
+    /* The thread whose connections it serves (thread_state.id), or 0: its
+     * thread exited, and the next thread without a group adopts it. */
+    uint64_t owner;
     struct vs_rdma_cqg *next; /* every group of the process */
 };
 
@@ -74,26 +85,38 @@ static _Atomic unsigned epoch;
 
 struct thread_state {
     unsigned epoch;
+    uint64_t id;               /* never 0, never reused */
+    struct thread_state *next; /* the live threads (groups_lock) */
     struct vs_rdma_cqg *groups[THREAD_GROUPS];
     int wake_fd; /* eventfd for blocking sleeps, or -1 */
 };
 
 static __thread struct thread_state *me;
+static struct thread_state *live; /* (groups_lock) */
+static _Atomic uint64_t last_id;
 
-/* A thread exits: its group stays (its connections may outlive it) and
- * the next thread to set a connection up adopts it. */
+/* A thread exits: its groups stay (their connections may outlive it) and
+ * the next threads to set connections up adopt them. */
 static void thread_gone(void *arg)
 {
     struct thread_state *t = arg;
     if (t->epoch == atomic_load(&epoch)) {
         pthread_mutex_lock(&groups_lock);
-        for (int i = 0; i < THREAD_GROUPS; i++)
-            if (t->groups[i])
-                t->groups[i]->orphan = true;
+        for (struct vs_rdma_cqg *g = groups; g; g = g->next)
+            if (g->owner == t->id)
+                g->owner = 0;
+        for (struct thread_state **p = &live; *p; p = &(*p)->next)
+            if (*p == t) {
+                *p = t->next;
+                break;
+            }
         pthread_mutex_unlock(&groups_lock);
         if (t->wake_fd >= 0)
             vs_ownfd_close(t->wake_fd, t);
     }
+    /* A later destructor of this thread that calls us gets a new one. */
+    if (me == t)
+        me = NULL;
     free(t);
 }
 
@@ -111,7 +134,12 @@ static struct thread_state *thread_state(void)
     if (!t)
         return NULL;
     t->epoch = atomic_load(&epoch);
+    t->id = atomic_fetch_add(&last_id, 1) + 1;
     t->wake_fd = -1;
+    pthread_mutex_lock(&groups_lock);
+    t->next = live;
+    live = t;
+    pthread_mutex_unlock(&groups_lock);
     /* The old one was the parent's thread's (fork): forgotten. */
     me = t;
     pthread_setspecific(thread_key, t);
@@ -144,7 +172,30 @@ static struct vs_rdma_cqg *group_new(struct ibv_context *ctx)
     return g;
 }
 
-/* The calling thread's group on CTX: its own, an orphan's, or a new one. */
+/* A group of the process on CTX owned by OWNER (0: nobody's), or NULL.
+ * (groups_lock) */
+static struct vs_rdma_cqg *group_owned(struct ibv_context *ctx, uint64_t owner)
+{
+    for (struct vs_rdma_cqg *g = groups; g; g = g->next)
+        if (g->owner == owner && g->ctx == ctx)
+            return g;
+    return NULL;
+}
+
+/* A new group on CTX for OWNER, listed. (groups_lock) */
+static struct vs_rdma_cqg *group_add(struct ibv_context *ctx, uint64_t owner)
+{
+    struct vs_rdma_cqg *g = group_new(ctx);
+    if (g) {
+        g->owner = owner;
+        g->next = groups;
+        groups = g;
+    }
+    return g;
+}
+
+/* The calling thread's group on CTX: its own (perhaps made for it by
+ * another thread, group_of_home), an orphan, or a new one. */
 static struct vs_rdma_cqg *group_of_thread(struct ibv_context *ctx)
 {
     struct thread_state *t = thread_state();
@@ -158,23 +209,51 @@ static struct vs_rdma_cqg *group_of_thread(struct ibv_context *ctx)
             free_i = i;
     }
     pthread_mutex_lock(&groups_lock);
-    struct vs_rdma_cqg *g = NULL;
+    struct vs_rdma_cqg *g = group_owned(ctx, t->id);
     /* More devices than a thread keeps: the process shares one group per
      * device for them (an orphan that stays one). */
-    for (struct vs_rdma_cqg *o = groups; o && !g; o = o->next)
-        if (o->orphan && o->ctx == ctx)
-            g = o;
-    if (!g && (g = group_new(ctx))) {
-        g->orphan = free_i < 0;
-        g->next = groups;
-        groups = g;
-    }
+    if (!g && !(g = group_owned(ctx, 0)))
+        g = group_add(ctx, 0);
     if (g && free_i >= 0) {
-        g->orphan = false;
+        g->owner = t->id;
         t->groups[free_i] = g;
     }
     pthread_mutex_unlock(&groups_lock);
     return g;
+}
+
+/* The group on CTX of HOME, the thread that made C's calls last: whichever
+ * thread read the rdma_cm event that sets C up, C's completions should
+ * wake the thread that waits for them, alone (found: a thread per
+ * connection server's 8 connections shared the acceptor's channel). A
+ * thread no longer live: the calling thread's. */
+static struct vs_rdma_cqg *group_of_home(struct ibv_context *ctx, uint64_t home)
+{
+    struct thread_state *t = thread_state();
+    if (!home || (t && t->id == home))
+        return group_of_thread(ctx);
+    pthread_mutex_lock(&groups_lock);
+    struct vs_rdma_cqg *g = group_owned(ctx, home);
+    if (!g) {
+        struct thread_state *l = live;
+        while (l && l->id != home)
+            l = l->next;
+        /* An exited thread's group first: groups are never freed, and a
+         * server whose threads come and go would pile them up. */
+        if (l && (g = group_owned(ctx, 0)))
+            g->owner = home;
+        else if (l)
+            g = group_add(ctx, home);
+    }
+    pthread_mutex_unlock(&groups_lock);
+    return g ? g : group_of_thread(ctx);
+}
+
+void vs_rdma_cq_home(struct vs_rdma_conn *c)
+{
+    struct thread_state *t = thread_state();
+    if (t)
+        atomic_store_explicit(&c->home_thread, t->id, memory_order_relaxed);
 }
 
 /* A CQ of G with room for WANT completions, made if none has. (group) */
@@ -245,7 +324,8 @@ static int take_slot(struct vs_rdma_cqg *g, struct vs_rdma_conn *c)
 
 int vs_rdma_cq_attach(struct vs_rdma_conn *c, struct ibv_context *ctx)
 {
-    struct vs_rdma_cqg *g = group_of_thread(ctx);
+    struct vs_rdma_cqg *g =
+        group_of_home(ctx, atomic_load_explicit(&c->home_thread, memory_order_relaxed));
     if (!g)
         return errno ? -errno : -ENOMEM;
     /* Every receive and every send of C may complete at once. */
@@ -358,11 +438,22 @@ void vs_rdma_cq_detach(struct vs_rdma_conn *c)
     pthread_mutex_unlock(&g->lock);
 }
 
+/* Q's next completion rings the channel. (group) */
+static void arm(struct vs_rdma_gcq *q)
+{
+    if (!q->armed && ibv_req_notify_cq(q->cq, 0) == 0)
+        q->armed = true;
+}
+
 void vs_rdma_cq_notify(struct vs_rdma_conn *c)
 {
-    struct vs_rdma_gcq *q = c->gcq;
-    if (q)
-        ibv_req_notify_cq(q->cq, 0);
+    struct vs_rdma_cqg *g = c->cqg;
+    if (!g)
+        return;
+    pthread_mutex_lock(&g->lock);
+    if (c->cqg == g && c->gcq)
+        arm(c->gcq);
+    pthread_mutex_unlock(&g->lock);
 }
 
 int vs_rdma_cq_fd(const struct vs_rdma_conn *c)
@@ -385,9 +476,13 @@ static struct vs_rdma_cqg *group_of_fd(int fd)
 static void wake_others(struct vs_rdma_cqg *g)
 {
     uint64_t one = 1;
-    for (unsigned i = 0; i < g->nsleepers; i++)
-        if (g->sleepers[i].owner != me && vs_ownfd_mine(g->sleepers[i].fd, g->sleepers[i].owner))
-            (void)vs_real.write(g->sleepers[i].fd, &one, sizeof(one));
+    for (unsigned i = 0; i < g->nsleepers; i++) {
+        struct sleeper *s = &g->sleepers[i];
+        if (s->owner != me && !s->woken && vs_ownfd_mine(s->fd, s->owner)) {
+            s->woken = true;
+            (void)vs_real.write(s->fd, &one, sizeof(one));
+        }
+    }
     vs_wake_shared_read();
 }
 
@@ -400,16 +495,16 @@ static void rearm_if_waited(struct vs_rdma_cqg *g, struct vs_rdma_gcq *q)
     for (unsigned i = 0; i < g->nslots; i++) {
         struct vs_rdma_conn *c = g->slots[i];
         if (c && c->gcq == q && atomic_load(&c->sleepers) > 0) {
-            ibv_req_notify_cq(q->cq, 0);
+            arm(q);
             sort_cq(g, q); /* what came before the arming rings nothing */
             return;
         }
     }
 }
 
-unsigned vs_rdma_cq_events(int fd)
+/* Reads G's channel: see vs_rdma_cq_events. */
+static unsigned group_events(struct vs_rdma_cqg *g)
 {
-    struct vs_rdma_cqg *g = group_of_fd(fd);
     /* The program may have taken the number: it is not our channel then. */
     if (!g || !vs_ownfd_mine(g->fd, g))
         return 0;
@@ -423,6 +518,7 @@ unsigned vs_rdma_cq_events(int fd)
             struct vs_rdma_gcq *q = g->cqs[k];
             if (q->cq != cq)
                 continue;
+            q->armed = false; /* the device disarmed as it sent the event */
             /* Sorted now: the sleepers woken below find it in their inboxes. */
             sort_cq(g, q);
             rearm_if_waited(g, q);
@@ -436,6 +532,17 @@ unsigned vs_rdma_cq_events(int fd)
         wake_others(g);
     pthread_mutex_unlock(&g->lock);
     return got;
+}
+
+unsigned vs_rdma_cq_events(int fd)
+{
+    return group_events(group_of_fd(fd));
+}
+
+unsigned vs_rdma_cq_drain(struct vs_rdma_conn *c)
+{
+    /* Groups are never freed: the pointer read once stays good. */
+    return group_events(c->cqg);
 }
 
 int vs_rdma_cq_sleep_begin(struct vs_rdma_cqg *g)
@@ -455,24 +562,29 @@ int vs_rdma_cq_sleep_begin(struct vs_rdma_cqg *g)
     pthread_mutex_lock(&g->lock);
     bool room = g->nsleepers < SLEEPERS_MAX;
     if (room)
-        g->sleepers[g->nsleepers++] = (struct sleeper){t->wake_fd, t};
+        g->sleepers[g->nsleepers++] = (struct sleeper){t->wake_fd, t, false};
     pthread_mutex_unlock(&g->lock);
     return room ? t->wake_fd : -1;
 }
 
-void vs_rdma_cq_sleep_end(struct vs_rdma_cqg *g, int wake_fd)
+void vs_rdma_cq_sleep_end(struct vs_rdma_cqg *g, int wake_fd, bool woken)
 {
     if (!g || wake_fd < 0)
         return;
     pthread_mutex_lock(&g->lock);
     for (unsigned i = 0; i < g->nsleepers; i++)
         if (g->sleepers[i].fd == wake_fd && g->sleepers[i].owner == me) {
+            woken |= g->sleepers[i].woken;
             g->sleepers[i] = g->sleepers[--g->nsleepers];
             break;
         }
     pthread_mutex_unlock(&g->lock);
+    /* Written under the lock, before the entry went: nothing is left to
+     * read when it was not (a read per sleep is a system call per message),
+     * unless the sleep saw it readable (written for an outer sleep of this
+     * thread's, a signal handler's call in between). */
     uint64_t v;
-    if (vs_ownfd_mine(wake_fd, me))
+    if (woken && vs_ownfd_mine(wake_fd, me))
         (void)vs_real.read(wake_fd, &v, sizeof(v));
 }
 
@@ -482,5 +594,6 @@ void vs_rdma_cq_fork_child(void)
      * the rdma_cm channel's, dev.c). */
     pthread_mutex_init(&groups_lock, NULL);
     groups = NULL;
+    live = NULL; /* the parent's threads: none runs here */
     atomic_fetch_add(&epoch, 1);
 }

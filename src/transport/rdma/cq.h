@@ -1,7 +1,7 @@
 /* cq.h - the completion queues and the completion channel that the
- * connections set up by one thread share.
+ * connections of one thread share.
  *
- * Each thread that sets connections up has a group per device: one
+ * Each thread that makes connections' calls has a group per device: one
  * completion channel (one descriptor for all its connections: the watch fd
  * that readiness waits on) and as many completion queues as its
  * connections need, each with room reserved for every queue pair it
@@ -14,6 +14,7 @@
 #define VSOCKET_RDMA_CQ_H
 
 #include <infiniband/verbs.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 struct vs_rdma_conn;
@@ -29,7 +30,11 @@ struct vs_rdma_wc {
     uint16_t status;
 };
 
-/* Joins C to the calling thread's group on CTX: c->cq is the CQ its queue
+/* The calling thread makes C's calls: C's completions are for it
+ * (vs_rdma_cq_attach). Called while C is being set up. */
+void vs_rdma_cq_home(struct vs_rdma_conn *c);
+
+/* Joins C to the group on CTX of the thread that made C's calls last: c->cq is the CQ its queue
  * pair must use, with room for 2 × c->depth completions. -errno. */
 int vs_rdma_cq_attach(struct vs_rdma_conn *c, struct ibv_context *ctx);
 
@@ -54,12 +59,15 @@ int vs_rdma_cq_fd(const struct vs_rdma_conn *c);
  * that rang, and wakes whoever else sleeps on it. How many events. */
 unsigned vs_rdma_cq_events(int fd);
 
-/* A blocking call is about to sleep on G's channel (ppoll) / woke up:
- * other threads that read the channel meanwhile wake it through the
- * calling thread's own eventfd, which begin returns (-1: none, sleep in
- * slices). */
+/* The same for C's group, found without a search. */
+unsigned vs_rdma_cq_drain(struct vs_rdma_conn *c);
+
+/* A blocking call is about to sleep on G's channel (ppoll) / woke up
+ * (READABLE: the sleep saw the eventfd readable): other threads that read
+ * the channel meanwhile wake it through the calling thread's own eventfd,
+ * which begin returns (-1: none, sleep in slices). */
 int vs_rdma_cq_sleep_begin(struct vs_rdma_cqg *g);
-void vs_rdma_cq_sleep_end(struct vs_rdma_cqg *g, int wake_fd);
+void vs_rdma_cq_sleep_end(struct vs_rdma_cqg *g, int wake_fd, bool readable);
 
 /* fork: the child's copies of the groups are the parent's resources. */
 void vs_rdma_cq_fork_child(void);

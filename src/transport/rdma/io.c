@@ -111,7 +111,7 @@ int vs_rdma_wait(struct vs_rdma_conn *c, int fd, short tcp_events, struct vs_blo
             return 0;
     }
     struct pollfd p[4] = {{.fd = fd, .events = tcp_events}};
-    int n = 1, wake = -1;
+    int n = 1, wake = -1, wake_i = -1, chan = -1;
     struct vs_rdma_cqg *g = c->cqg;
     /* Counted before the CQ is armed (cq.c arms it again for sleepers). */
     bool shared = atomic_fetch_add(&c->sleepers, 1) > 0;
@@ -119,9 +119,9 @@ int vs_rdma_wait(struct vs_rdma_conn *c, int fd, short tcp_events, struct vs_blo
         /* The channel is the thread's connections': whoever reads an
          * event of ours wakes us by this eventfd (cq.h). */
         if ((wake = vs_rdma_cq_sleep_begin(g)) >= 0)
-            p[n++] = (struct pollfd){.fd = wake, .events = POLLIN};
+            p[wake_i = n++] = (struct pollfd){.fd = wake, .events = POLLIN};
         vs_rdma_notify(c);
-        p[n++] = (struct pollfd){.fd = vs_rdma_cq_fd(c), .events = POLLIN};
+        p[chan = n++] = (struct pollfd){.fd = vs_rdma_cq_fd(c), .events = POLLIN};
     }
     /* rdma_cm events: the set-up's, and after it the peer's disconnection
      * (its process died: its kernel tore its queue pair down). */
@@ -137,7 +137,7 @@ int vs_rdma_wait(struct vs_rdma_conn *c, int fd, short tcp_events, struct vs_blo
                         __atomic_load_n(&c->sq_done, __ATOMIC_RELAXED)};
     if (cq_news(c, mark)) {
         atomic_fetch_sub(&c->sleepers, 1);
-        vs_rdma_cq_sleep_end(g, wake);
+        vs_rdma_cq_sleep_end(g, wake, false);
         return 0;
     }
     bool nap;
@@ -151,14 +151,19 @@ int vs_rdma_wait(struct vs_rdma_conn *c, int fd, short tcp_events, struct vs_blo
     bool interrupted = vs_blocking_sleep_end(b, &guard);
     vs_spin_woke();
     atomic_fetch_sub(&c->sleepers, 1);
-    vs_rdma_cq_sleep_end(g, wake);
+    vs_rdma_cq_sleep_end(g, wake, rc > 0 && wake_i >= 0 && p[wake_i].revents);
     if (rc < 0)
         return err == EINTR ? -EINTR : 0;
     if (rc == 0 && !nap && !interrupted)
         return -ETIMEDOUT;
     if (p[0].revents & ~POLLOUT) /* room only matters to a resend */
         atomic_store(&c->tcp_event, true);
-    if (c->cqg)
+    /* The channel is read only when it rang, or was not watched (the
+     * queue pair came meanwhile), or the sleep ended unheard (a slice: an
+     * event another process's epoll took must not keep the CQ counted as
+     * armed, cq.c): an empty read is a system call. An event that comes
+     * later keeps it readable for the next ppoll. */
+    if (c->cqg && (chan < 0 || rc == 0 || p[chan].revents))
         vs_rdma_channel_drain(c);
     if (cm >= 0 && p[cm].revents)
         vs_rdma_dev_events();

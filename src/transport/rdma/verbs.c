@@ -322,9 +322,7 @@ void vs_rdma_notify(struct vs_rdma_conn *c)
 
 void vs_rdma_channel_drain(struct vs_rdma_conn *c)
 {
-    int fd = vs_rdma_cq_fd(c);
-    if (fd >= 0)
-        vs_rdma_cq_events(fd);
+    vs_rdma_cq_drain(c);
 }
 
 int vs_rdma_post_msg(struct vs_rdma_conn *c, const struct vs_rdma_msg *m)

@@ -36,7 +36,7 @@ ps=7221 ph=7222 pp=7223
 VSOCKET_UPGRADE_AFTER_US=0 vs_run "$PAIR" server --bind "$IP" --port $ps --once 1 --timeout 80 \
   >"$W/s.log" 2>&1 &
 pids+=($!)
-plain "$IMP" honest "$IP" $ph --start-file "$W/leak" --timeout 80 \
+plain "$IMP" honest "$IP" $ph --start-file "$W/start" --leak-file "$W/leak" --timeout 80 \
   --ops 'write-own-ring,read-own-ring;read-own-credit;write-past-ring;write-leaked;read-leaked' \
   >"$W/h.log" 2>&1 &
 hon=$!
@@ -66,6 +66,11 @@ rkey=$(sed -E 's/.*ours at (0x[0-9a-f]+) rkey (0x[0-9a-f]+).*/\2/' <<<"$line")
 size=$(sed -E 's/.*rings of ([0-9]+) and.*/\1/' <<<"$line")
 vpid=$(sed -E 's/^vsocket\[([0-9]+)\].*/\1/' <<<"$line")
 echo "leaked: ring $addr rkey $rkey ($size bytes) of pid $vpid"
+# The honest peer sets its 5 connections up now (after the leak line, so
+# that conn 0's is the first "connection on" line): a connector listens
+# only so long, and a busy guest once spent it on what follows (ops wait
+# for the leak file).
+touch "$W/start"
 echo "--- rdma res show mr (what any root process sees: rkey, length, pid; no address)"
 rdma res show mr | tee "$W/mr.txt"
 grep -E "rkey $rkey .*mrlen $size .*pid $vpid " "$W/mr.txt" >/dev/null ||

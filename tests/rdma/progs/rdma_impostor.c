@@ -33,12 +33,13 @@
  *       gave nothing (no PROOF) and no WRITE succeeded; 1 otherwise; 3 when
  *       no caller came.
  *
- *   rdma_impostor honest IP PORT --ops LIST [--start-file F] [--timeout S]
+ *   rdma_impostor honest IP PORT --ops LIST [--start-file F] [--leak-file L] [--timeout S]
  *       A peer that HOLDS the TCP connections: a plain TCP server on IP:PORT
  *       that echoes the client's 64-byte hello on each connection (as
  *       vs_pair does), then, once F exists, does the accepter's part of the
  *       rendezvous correctly (checks the connector's MAC, sends its own) and
- *       receives the connector's RING. LIST has one entry per connection,
+ *       receives the connector's RING, for every connection; then, once L
+ *       exists, runs the ops. LIST has one entry per connection,
  *       separated by ';', each a comma-separated list of ops run in order on
  *       that connection's queue pair:
  *         write-own-ring   8 bytes into the ring the RING named (expected: success)
@@ -47,7 +48,7 @@
  *         write-past-ring  WRITE across the ring's end (remote access error)
  *         write-leaked     WRITE at the ADDR RKEY in F (another connection's ring)
  *         read-leaked      READ of it (both: remote access error)
- *       F holds "ADDR RKEY" (hex), e.g. from vsocket's debug log. Prints
+ *       L holds "ADDR RKEY" (hex), e.g. from vsocket's debug log. Prints
  *       HONEST-* lines; exit 0 when every proof checked and every op ended as
  *       expected. */
 #include <arpa/inet.h>
@@ -779,19 +780,33 @@ struct hconn {
     char ops[128];
 };
 
+/* Whether PATH (none: true at once) exists before END. */
+static bool wait_file(const char *path, double end)
+{
+    struct stat st;
+    while (path && stat(path, &st) != 0) {
+        if (now_s() > end)
+            return false;
+        usleep(20000);
+    }
+    return true;
+}
+
 static int cmd_honest(int argc, char **argv)
 {
     if (argc < 4)
         return 2;
     const char *ip = argv[2];
     int port = atoi(argv[3]);
-    const char *ops = NULL, *start_file = NULL;
+    const char *ops = NULL, *start_file = NULL, *leak_file = NULL;
     double timeout = 60;
     for (int i = 4; i < argc; i++) {
         if (!strcmp(argv[i], "--ops") && i + 1 < argc)
             ops = argv[++i];
         else if (!strcmp(argv[i], "--start-file") && i + 1 < argc)
             start_file = argv[++i];
+        else if (!strcmp(argv[i], "--leak-file") && i + 1 < argc)
+            leak_file = argv[++i];
         else if (!strcmp(argv[i], "--timeout") && i + 1 < argc)
             timeout = atof(argv[++i]);
     }
@@ -845,31 +860,19 @@ static int cmd_honest(int argc, char **argv)
                ntohs(((struct sockaddr_in *)&h[i].peer)->sin_port), got);
     }
     fflush(stdout);
-    uint64_t leak_addr = 0;
-    uint32_t leak_rkey = 0;
-    struct stat st;
-    while (start_file && stat(start_file, &st) != 0) {
-        if (now_s() > end) {
-            printf("HONEST no start file\n");
-            return 2;
-        }
-        usleep(20000);
-    }
-    if (start_file) {
-        FILE *f = fopen(start_file, "r");
-        unsigned long long ad = 0;
-        unsigned rk = 0;
-        if (f && fscanf(f, "%llx %x", &ad, &rk) == 2) {
-            leak_addr = ad;
-            leak_rkey = rk;
-        }
-        if (f)
-            fclose(f);
-        printf("HONEST-LEAKED addr=%#llx rkey=%#x\n", (unsigned long long)leak_addr, leak_rkey);
+    if (!wait_file(start_file, end)) {
+        printf("HONEST no start file\n");
+        return 2;
     }
     struct rdma_event_channel *ch = channel();
     int failures = 0;
     struct link links[16];
+    /* Every connection set up first, the ops after: a connector listens
+     * for its caller only so long (cm.c), and the ops of the connections
+     * before it (each failing one ends its queue pair, slowly under
+     * emulation) once made a busy guest's later calls too late. */
+    struct vs_rdma_msg rings[16];
+    bool set_up[16] = {false};
     for (int i = 0; i < n; i++) {
         struct hconn *c = &h[i];
         struct link *lk = &links[i];
@@ -945,6 +948,34 @@ static int cmd_honest(int argc, char **argv)
         printf("HONEST-RING conn=%d ring %#llx rkey %#x size %llu, credit word %#llx rkey %#x\n", i,
                (unsigned long long)ring.a, ring.rkey, (unsigned long long)ring.b,
                (unsigned long long)ring.credit_addr, ring.credit_rkey);
+        fflush(stdout);
+        rings[i] = ring;
+        set_up[i] = true;
+    }
+    uint64_t leak_addr = 0;
+    uint32_t leak_rkey = 0;
+    if (leak_file) {
+        if (!wait_file(leak_file, end)) {
+            printf("HONEST no leak file\n");
+            return 2;
+        }
+        FILE *f = fopen(leak_file, "r");
+        unsigned long long ad = 0;
+        unsigned rk = 0;
+        if (f && fscanf(f, "%llx %x", &ad, &rk) == 2) {
+            leak_addr = ad;
+            leak_rkey = rk;
+        }
+        if (f)
+            fclose(f);
+        printf("HONEST-LEAKED addr=%#llx rkey=%#x\n", (unsigned long long)leak_addr, leak_rkey);
+    }
+    for (int i = 0; i < n; i++) {
+        if (!set_up[i])
+            continue;
+        struct hconn *c = &h[i];
+        struct link *lk = &links[i];
+        const struct vs_rdma_msg ring = rings[i];
         char tmp[128];
         snprintf(tmp, sizeof(tmp), "%s", c->ops);
         char *save;
