@@ -143,6 +143,9 @@ static struct {
     int epfd, fd;
     unsigned refs; /* 0: free */
     const struct vs_transport_ops *ops;
+    /* The same set, and fd + 1 (0: free), for readers without the lock,
+     * who ask whether a thread sleeps on a set holding a watch they read. */
+    _Atomic int pub_epfd, pub_fd1;
 } shared[SHARED_MAX];
 static unsigned shared_in[MAX_EPFD];      /* shared watches in each set */
 static unsigned sleeping[MAX_EPFD];       /* threads in a kernel wait on each set */
@@ -151,6 +154,7 @@ static _Atomic unsigned sleeper_arms_all; /* their sum, read without the lock by
 static int top_epfd = -1;                 /* the highest set that ever held a record */
 static int top_slept = -1;                /* the highest set sleeping[] ever counted */
 static _Atomic unsigned shared_sleepers;  /* threads in a kernel wait on such a set */
+static _Atomic unsigned set_shared_sleepers[MAX_EPFD]; /* the same, per set */
 /* The sets holding dormant records, and how many each. */
 static struct {
     int epfd;
@@ -539,6 +543,8 @@ static bool shared_ref(struct rec *r, int fd, const struct vs_transport_ops *ops
     shared[free_i].fd = fd;
     shared[free_i].ops = ops;
     shared[free_i].refs = 1;
+    atomic_store(&shared[free_i].pub_epfd, r->epfd);
+    atomic_store(&shared[free_i].pub_fd1, fd + 1);
     shared_in[r->epfd]++;
     return true;
 }
@@ -553,6 +559,7 @@ static void shared_unref(struct rec *r)
     for (int i = 0; i < SHARED_MAX; i++)
         if (shared[i].refs && shared[i].epfd == r->epfd && shared[i].fd == r->watch) {
             if (--shared[i].refs == 0) {
+                atomic_store(&shared[i].pub_fd1, 0);
                 vs_real.epoll_ctl(r->epfd, EPOLL_CTL_DEL, r->watch, NULL);
                 shared_in[r->epfd]--;
             }
@@ -850,9 +857,24 @@ void vs_epoll_phase_changed(void)
     kick_all();
 }
 
-void vs_epoll_wake_shared(void)
+/* Whether a thread sleeps (or is about to) on a set holding watch FD. */
+static bool sleeps_on_watch(int fd)
 {
-    if (atomic_load(&shared_sleepers))
+    for (int i = 0; i < SHARED_MAX; i++)
+        if (atomic_load(&shared[i].pub_fd1) == fd + 1) {
+            int epfd = atomic_load(&shared[i].pub_epfd);
+            if (epfd >= 0 && epfd < MAX_EPFD && atomic_load(&set_shared_sleepers[epfd]))
+                return true;
+        }
+    return false;
+}
+
+void vs_epoll_wake_shared(int fd)
+{
+    /* Only sets holding FD can have lost their wake-up to our read (a
+     * thread per connection group each on its own set: memcached's
+     * workers woke each other on every message). */
+    if (atomic_load(&shared_sleepers) && (fd < 0 || sleeps_on_watch(fd)))
         kick_all();
     uint64_t one = 1;
     for (int i = 0; i < NESTED_KICKS; i++) {
@@ -1058,8 +1080,10 @@ static void forget_set(int epfd)
 {
     /* First: the records' unlinking must not delete their shared watch. */
     for (int i = 0; i < SHARED_MAX; i++)
-        if (shared[i].refs && shared[i].epfd == epfd)
+        if (shared[i].refs && shared[i].epfd == epfd) {
             shared[i].refs = 0;
+            atomic_store(&shared[i].pub_fd1, 0);
+        }
     shared_in[epfd] = 0;
     nested_kick_drop(epfd);
     if (sets)
@@ -1220,6 +1244,8 @@ void vs_epoll_fork_child(void)
     memset(shared, 0, sizeof(shared));
     memset(shared_in, 0, sizeof(shared_in));
     atomic_store(&shared_sleepers, 0);
+    for (int i = 0; i < MAX_EPFD; i++)
+        atomic_store(&set_shared_sleepers[i], 0);
     for (int i = 0; i < NESTED_KICKS; i++)
         atomic_store(&nested_kicks[i].fd, -1); /* the parent's (still open here) */
     end_dormant(0, ~0u, true);
@@ -1644,8 +1670,10 @@ static int wait_translated(int epfd, struct epoll_event *events, int max, long t
         /* Counted before the last look: a thread that reads a shared
          * watch after it either sees us asleep or sorted before the look. */
         bool on_shared = w.n == 0 && left != 0 && shared_in[epfd] > 0;
-        if (on_shared)
+        if (on_shared) {
             atomic_fetch_add(&shared_sleepers, 1);
+            atomic_fetch_add(&set_shared_sleepers[epfd], 1);
+        }
         if (w.n == 0 && left != 0) {
             arm_all(&w, &a);
             scan(&w, false);
@@ -1668,8 +1696,10 @@ static int wait_translated(int epfd, struct epoll_event *events, int max, long t
                     : 0;
         int err = errno;
         vs_spin_woke();
-        if (on_shared)
+        if (on_shared) {
+            atomic_fetch_sub(&set_shared_sleepers[epfd], 1);
             atomic_fetch_sub(&shared_sleepers, 1);
+        }
         pthread_mutex_lock(&lock);
         if (asleep)
             sleeper_out(epfd);

@@ -28,7 +28,7 @@ void vs_epoll_phase_changed(void);
 /* A shared watch fd (epoll.c) was read by a thread that may have taken
  * another thread's wake-up: every set a thread sleeps on with a shared
  * watch looks again. Any thread, any lock held. */
-void vs_epoll_wake_shared(void);
+void vs_epoll_wake_shared(int fd);
 
 /* fork: the records' lock is held across it; the child forgets its
  * dormant records (the kernel sets are shared with the parent). */

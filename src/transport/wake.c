@@ -10,7 +10,12 @@ static void nothing(void)
 {
 }
 
-struct vs_wake_hooks vs_wake_hooks = {kick_nothing, nothing, nothing};
+static void read_nothing(int fd)
+{
+    (void)fd;
+}
+
+struct vs_wake_hooks vs_wake_hooks = {kick_nothing, nothing, read_nothing};
 
 void vs_wake_set(const struct vs_wake_hooks *hooks)
 {

@@ -20,9 +20,10 @@ struct vs_wake_hooks {
      * asleep in another thread on the kernel registrations of the old
      * phase must look again. Any thread, any lock held. */
     void (*phase_changed)(void);
-    /* A shared watch fd was read by a thread that may have taken another
-     * thread's wake-up: every wait on a shared watch looks again. */
-    void (*shared_read)(void);
+    /* Shared watch FD was read by a thread that may have taken another
+     * thread's wake-up: every wait on a set holding it looks again (-1:
+     * every wait on a shared watch). */
+    void (*shared_read)(int fd);
 };
 
 extern struct vs_wake_hooks vs_wake_hooks;
@@ -51,9 +52,9 @@ static inline void vs_wake_phase_changed(void)
     vs_wake_hooks.phase_changed();
 }
 
-static inline void vs_wake_shared_read(void)
+static inline void vs_wake_shared_read(int fd)
 {
-    vs_wake_hooks.shared_read();
+    vs_wake_hooks.shared_read(fd);
 }
 
 #endif

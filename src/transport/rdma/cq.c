@@ -483,7 +483,7 @@ static void wake_others(struct vs_rdma_cqg *g)
             (void)vs_real.write(s->fd, &one, sizeof(one));
         }
     }
-    vs_wake_shared_read();
+    vs_wake_shared_read(g->fd);
 }
 
 /* Q fired, which disarmed it: armed again if a connection on it is waited
