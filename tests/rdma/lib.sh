@@ -110,9 +110,11 @@ wait_grep() {
 # wait_while PID S CMD...   until CMD succeeds; fails at once if PID (the
 #                       program whose progress CMD looks for) ended, or after S s
 wait_while() {
-  local pid=$1 limit=$2 i
+  local pid=$1 limit=$2 end=$((SECONDS + $2))
   shift 2
-  for ((i = 0; i < limit * 10; i++)); do
+  # A deadline, not a number of tries: CMD may be `vsocket stat`, 1-2 s
+  # each in the emulated guest (as expect_rdma_rows).
+  while [ "$SECONDS" -lt "$end" ]; do
     "$@" 2>/dev/null && return 0
     kill -0 "$pid" 2>/dev/null || { echo "the program ($pid) ended before: $*"; return 1; }
     sleep 0.1
@@ -128,8 +130,10 @@ conn_row() {
 
 # wait_row LOCAL PEER REGEX [S]   until conn_row matches REGEX; prints the row
 wait_row() {
-  local l=$1 p=$2 re=$3 limit=${4:-120} i row=
-  for ((i = 0; i < limit * 10; i++)); do
+  local l=$1 p=$2 re=$3 limit=${4:-120} row=
+  local end=$((SECONDS + limit))
+  # A deadline (see wait_while): 1200 tries of `vsocket stat` were 30 min.
+  while [ "$SECONDS" -lt "$end" ]; do
     row=$(conn_row "$l" "$p")
     if [[ $row =~ $re ]]; then echo "$row"; return 0; fi
     sleep 0.1
