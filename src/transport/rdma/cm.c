@@ -107,6 +107,12 @@ static void retry_later(struct vs_rdma_conn *c)
     atomic_store(&c->hs, VS_RDMA_RETRY);
 }
 
+static int resolve(struct vs_rdma_conn *c, struct sockaddr_storage *src)
+{
+    return rdma_resolve_addr(c->id, (struct sockaddr *)src, (struct sockaddr *)&c->peer,
+                             RESOLVE_MS);
+}
+
 static void accepter_call(struct vs_rdma_conn *c)
 {
     struct rdma_event_channel *ch;
@@ -115,15 +121,33 @@ static void accepter_call(struct vs_rdma_conn *c)
         return fail(c, why);
     if (rdma_create_id(ch, &c->id, c, RDMA_PS_TCP) < 0)
         return fail(c, VS_REASON_NO_RESOURCES);
+    /* From our TCP address, port included, shared with the other accepted
+     * connections of that port (REUSEADDR): an rdma_cm port of its own,
+     * taken from the local port range as TCP's are, would be the port TCP
+     * may give next to a client of this host, whose connector then cannot
+     * listen there while we live (found: 1 in ~250 connections of
+     * fork-carry stayed on the kernel, rendezvous-unavailable). Without
+     * the option, any port. */
     struct sockaddr_storage src = c->local;
-    if (src.ss_family == AF_INET)
-        ((struct sockaddr_in *)&src)->sin_port = 0;
-    else
-        ((struct sockaddr_in6 *)&src)->sin6_port = 0;
-    if (rdma_resolve_addr(c->id, (struct sockaddr *)&src, (struct sockaddr *)&c->peer, RESOLVE_MS) <
-        0) {
-        vs_debug("rdma: rdma_resolve_addr: %s", strerror(errno));
-        return fail(c, VS_REASON_NO_RDMA_DEVICE);
+    int one = 1;
+    bool shared =
+        rdma_set_option(c->id, RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, &one, sizeof(one)) == 0;
+    if (!shared || resolve(c, &src) < 0) {
+        /* The port is taken (a listener of rdma_cm on this address): any
+         * other, on a fresh id (the failed one may be bound). */
+        if (shared) {
+            destroy_id(&c->id);
+            if (rdma_create_id(ch, &c->id, c, RDMA_PS_TCP) < 0)
+                return fail(c, VS_REASON_NO_RESOURCES);
+        }
+        if (src.ss_family == AF_INET)
+            ((struct sockaddr_in *)&src)->sin_port = 0;
+        else
+            ((struct sockaddr_in6 *)&src)->sin6_port = 0;
+        if (resolve(c, &src) < 0) {
+            vs_debug("rdma: rdma_resolve_addr: %s", strerror(errno));
+            return fail(c, VS_REASON_NO_RDMA_DEVICE);
+        }
     }
     atomic_store(&c->hs, VS_RDMA_RESOLVE);
 }
