@@ -1244,8 +1244,7 @@ void vs_epoll_fork_child(void)
     memset(shared, 0, sizeof(shared));
     memset(shared_in, 0, sizeof(shared_in));
     atomic_store(&shared_sleepers, 0);
-    for (int i = 0; i < MAX_EPFD; i++)
-        atomic_store(&set_shared_sleepers[i], 0);
+    memset(set_shared_sleepers, 0, sizeof(set_shared_sleepers));
     for (int i = 0; i < NESTED_KICKS; i++)
         atomic_store(&nested_kicks[i].fd, -1); /* the parent's (still open here) */
     end_dormant(0, ~0u, true);

@@ -194,8 +194,19 @@ static struct vs_rdma_cqg *group_add(struct ibv_context *ctx, uint64_t owner)
     return g;
 }
 
-/* The calling thread's group on CTX: its own (perhaps made for it by
- * another thread, group_of_home), an orphan, or a new one. */
+/* OWNER's group on CTX: its own (perhaps made for it by another thread,
+ * group_of_home), else an exited thread's, adopted (groups are never
+ * freed: a server whose threads come and go would pile them up), else a
+ * new one. (groups_lock) */
+static struct vs_rdma_cqg *group_claim(struct ibv_context *ctx, uint64_t owner)
+{
+    struct vs_rdma_cqg *g = group_owned(ctx, owner);
+    if (!g && (g = group_owned(ctx, 0)))
+        g->owner = owner;
+    return g ? g : group_add(ctx, owner);
+}
+
+/* The calling thread's group on CTX (group_claim). */
 static struct vs_rdma_cqg *group_of_thread(struct ibv_context *ctx)
 {
     struct thread_state *t = thread_state();
@@ -209,14 +220,14 @@ static struct vs_rdma_cqg *group_of_thread(struct ibv_context *ctx)
             free_i = i;
     }
     pthread_mutex_lock(&groups_lock);
-    struct vs_rdma_cqg *g = group_owned(ctx, t->id);
-    /* More devices than a thread keeps: the process shares one group per
-     * device for them (an orphan that stays one). */
-    if (!g && !(g = group_owned(ctx, 0)))
-        g = group_add(ctx, 0);
-    if (g && free_i >= 0) {
-        g->owner = t->id;
-        t->groups[free_i] = g;
+    struct vs_rdma_cqg *g;
+    if (free_i >= 0) {
+        if ((g = group_claim(ctx, t->id)))
+            t->groups[free_i] = g;
+    } else if (!(g = group_owned(ctx, t->id))) {
+        /* More devices than a thread keeps: the process shares one group
+         * per device for them (an orphan that stays one). */
+        g = group_claim(ctx, 0);
     }
     pthread_mutex_unlock(&groups_lock);
     return g;
@@ -233,18 +244,10 @@ static struct vs_rdma_cqg *group_of_home(struct ibv_context *ctx, uint64_t home)
     if (!home || (t && t->id == home))
         return group_of_thread(ctx);
     pthread_mutex_lock(&groups_lock);
-    struct vs_rdma_cqg *g = group_owned(ctx, home);
-    if (!g) {
-        struct thread_state *l = live;
-        while (l && l->id != home)
-            l = l->next;
-        /* An exited thread's group first: groups are never freed, and a
-         * server whose threads come and go would pile them up. */
-        if (l && (g = group_owned(ctx, 0)))
-            g->owner = home;
-        else if (l)
-            g = group_add(ctx, home);
-    }
+    struct thread_state *l = live;
+    while (l && l->id != home)
+        l = l->next;
+    struct vs_rdma_cqg *g = l ? group_claim(ctx, home) : NULL;
     pthread_mutex_unlock(&groups_lock);
     return g ? g : group_of_thread(ctx);
 }
