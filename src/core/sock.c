@@ -10,6 +10,7 @@
 #include "config/log.h"
 #include "core/fdtable.h"
 #include "core/reason.h"
+#include "core/spin.h"
 #include "base/real.h"
 #include "memory/pool.h"
 
@@ -62,6 +63,7 @@ struct vs_sock *vs_sock_new(int fd, int family, int type, int protocol, const ch
     s->serial = atomic_fetch_add_explicit(&next_serial, 1, memory_order_relaxed);
     atomic_store(&s->in_epoll_plain, false);
     atomic_store(&s->bufs_set, 0);
+    atomic_store(&s->busy_poll_us, vs_busy_read_us());
     s->conn_shown = -1;
     s->have_addrs = s->have_local = false;
     atomic_store(&s->state, VS_STATE_OPEN);
@@ -102,6 +104,10 @@ struct vs_sock *vs_sock_adopt(int fd)
                                    ? VS_STATE_CONNECTED
                                    : VS_STATE_BOUND;
     vs_sock_set_state(s, fd, state);
+    int busy_us = 0;
+    len = sizeof(int);
+    if (vs_real.getsockopt(fd, SOL_SOCKET, SO_BUSY_POLL, &busy_us, &len) == 0)
+        atomic_store(&s->busy_poll_us, busy_us);
     if (state == VS_STATE_CONNECTED && type == SOCK_STREAM &&
         (vs_config.transports & ~VS_TRANSPORT_BIT(VS_TRANSPORT_KERNEL)))
         vs_stats_set_reason(s->stat, VS_REASON_INHERITED);
@@ -153,6 +159,8 @@ static bool specific(const struct sockaddr_storage *ss)
 void vs_sock_accepted(struct vs_sock *s, int fd, const struct vs_sock *listener,
                       const struct sockaddr *peer, socklen_t len)
 {
+    /* The kernel's accepted socket is a copy of the listener's. */
+    atomic_store(&s->busy_poll_us, atomic_load(&listener->busy_poll_us));
     if (!listener->have_local || !specific(&listener->local) || !peer ||
         len < sizeof(struct sockaddr_in) || len > sizeof(s->peer) ||
         peer->sa_family != listener->local.ss_family) {

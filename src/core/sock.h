@@ -52,12 +52,21 @@ struct vs_sock {
     /* TCP_INQ on: each recvmsg tells in a control message how many bytes
      * are left to read (gRPC reads again, or waits for an edge, by it). */
     _Atomic bool tcp_inq;
+    /* SO_BUSY_POLL in microseconds, as the kernel holds it (0: off): a
+     * blocking receive spins this long before it sleeps (core/spin.h). */
+    _Atomic int busy_poll_us;
     /* Unique per socket ever created in this process: tells a socket from a
      * later one that reuses this object (readiness keeps fd -> socket
      * records that may outlive the socket). */
     uint64_t serial;
     void *pool_next; /* free-list link while the object is unused */
 };
+
+/* The busy-poll the program asked of S for receives (SO_BUSY_POLL), in ns. */
+static inline long vs_sock_busy_ns(struct vs_sock *s)
+{
+    return atomic_load_explicit(&s->busy_poll_us, memory_order_relaxed) * 1000L;
+}
 
 /* A new socket with one reference, or NULL (out of memory: the caller then
  * passes the fd through untracked). */

@@ -129,18 +129,49 @@ static bool crowded(long now)
     return flag;
 }
 
-bool vs_spin_spent(void)
+bool vs_spin_spent(long asked_ns)
 {
     long ceiling = vs_spin_ns();
-    if (ceiling <= 0 || budget_now(ceiling) > 0)
+    if (asked_ns > 0 || ceiling <= 0 || budget_now(ceiling) > 0)
         return false;
     vs_spin_count(VS_SPIN_SKIPPED);
     gave_up_at = vs_now_ns();
     return true;
 }
 
-bool vs_spin_until(bool (*ready)(void *, const void *), void *arg, const void *arg2)
+/* Polls READY until it says yes (true) or the clock passes END (false),
+ * yielding now and then: the peer may be waiting for this very CPU. */
+static bool spin_loop(bool (*ready)(void *, const void *), void *arg, const void *arg2, long end)
 {
+    for (unsigned i = 1;; i++) {
+        if (ready(arg, arg2))
+            return true;
+        if (i % 16 == 0) {
+            if (vs_now_ns() >= end)
+                return false;
+            sched_yield();
+        }
+        vs_cpu_relax();
+    }
+}
+
+/* What the program asked for (SO_BUSY_POLL and the kernel's busy-poll
+ * settings) is honoured as the kernel honours it: a spin of that length on
+ * every wait, load or no load. It leaves the adaptive budget alone. */
+static bool spin_asked(bool (*ready)(void *, const void *), void *arg, const void *arg2,
+                       long asked_ns)
+{
+    vs_spin_count(VS_SPIN_TRIED);
+    if (!spin_loop(ready, arg, arg2, vs_now_ns() + asked_ns))
+        return false;
+    vs_spin_count(VS_SPIN_PAID);
+    return true;
+}
+
+bool vs_spin_until(bool (*ready)(void *, const void *), void *arg, const void *arg2, long asked_ns)
+{
+    if (asked_ns > 0)
+        return spin_asked(ready, arg, arg2, asked_ns);
     long ceiling = vs_spin_ns();
     if (ceiling <= 0)
         return false;
@@ -154,23 +185,38 @@ bool vs_spin_until(bool (*ready)(void *, const void *), void *arg, const void *a
         gave_up_at = start;
         return false;
     }
-    long end = start + budget;
-    for (unsigned i = 1;; i++) {
-        if (ready(arg, arg2)) {
-            vs_spin_count(VS_SPIN_PAID);
-            spin_budget = ceiling;
-            gave_up_at = 0;
-            return true;
-        }
-        if (i % 16 == 0) {
-            long now = vs_now_ns();
-            if (now >= end) {
-                gave_up(ceiling, now);
-                return false;
-            }
-            /* The peer may be waiting for this very CPU. */
-            sched_yield();
-        }
-        vs_cpu_relax();
+    if (!spin_loop(ready, arg, arg2, start + budget)) {
+        gave_up(ceiling, vs_now_ns());
+        return false;
     }
+    vs_spin_count(VS_SPIN_PAID);
+    spin_budget = ceiling;
+    gave_up_at = 0;
+    return true;
+}
+
+/* A sysctl in microseconds, read once: a value of 0 or one that cannot be
+ * read (a sandbox without /proc) means off. */
+static int sysctl_us(const char *path, _Atomic int *cache)
+{
+    int v = atomic_load_explicit(cache, memory_order_relaxed);
+    if (v >= 0)
+        return v;
+    char buf[32], *end;
+    long us = vs_read_small_file(path, buf, sizeof(buf)) > 0 ? strtol(buf, &end, 10) : 0;
+    v = us > 0 ? (int)(us < (long)VS_POLL_US_MAX ? us : (long)VS_POLL_US_MAX) : 0;
+    atomic_store_explicit(cache, v, memory_order_relaxed);
+    return v;
+}
+
+int vs_busy_read_us(void)
+{
+    static _Atomic int cache = -1;
+    return sysctl_us("/proc/sys/net/core/busy_read", &cache);
+}
+
+long vs_busy_poll_ns(void)
+{
+    static _Atomic int cache = -1;
+    return sysctl_us("/proc/sys/net/core/busy_poll", &cache) * 1000L;
 }

@@ -234,6 +234,16 @@ static void note_linger(int fd, const void *value, socklen_t len)
     }
 }
 
+/* The kernel took the value (it refuses a raise without CAP_NET_ADMIN). */
+static void note_busy_poll(int fd, const void *value, socklen_t len)
+{
+    struct vs_sock *s = value && len >= (socklen_t)sizeof(int) ? vs_fd_peek(fd) : NULL;
+    if (s) {
+        atomic_store(&s->busy_poll_us, *(const int *)value);
+        vs_sock_put(s);
+    }
+}
+
 static void note_inq(int fd, const void *value, socklen_t len)
 {
     struct vs_sock *s = vs_fd_get(fd);
@@ -272,6 +282,8 @@ VS_EXPORT int setsockopt(int fd, int level, int name, const void *value, socklen
         note_buffer_size(fd, name);
         if (name == SO_LINGER)
             note_linger(fd, value, len);
+        if (name == SO_BUSY_POLL)
+            note_busy_poll(fd, value, len);
         errno = saved;
     }
     if (r == 0 && level == IPPROTO_TCP && name == TCP_INQ) {

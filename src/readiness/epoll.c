@@ -1641,6 +1641,8 @@ static int wait_translated(int epfd, struct epoll_event *events, int max, long t
     int outer = waiting_on;
     waiting_on = epfd;
     long deadline = timeout_ns < 0 ? -1 : vs_now_ns() + timeout_ns;
+    /* net.core.busy_poll: spun once a call, as the kernel's ep_poll does. */
+    long asked = vs_busy_poll_ns();
     int result;
     for (int iter = 0;; iter++) {
         /* The first look does not sleep; later ones sleep what is left. */
@@ -1650,8 +1652,11 @@ static int wait_translated(int epfd, struct epoll_event *events, int max, long t
             break;
         }
         struct armed a = {0};
-        if (left != 0 && w.spins && vs_spin_until(scan_any, &w, NULL))
-            left = 0;
+        if (left != 0 && w.spins) {
+            if (vs_spin_until(scan_any, &w, NULL, asked))
+                left = 0;
+            asked = 0;
+        }
         w.spins = false;
         pthread_mutex_lock(&lock);
         w.round = ++rounds;
@@ -1664,7 +1669,7 @@ static int wait_translated(int epfd, struct epoll_event *events, int max, long t
          * that does not sleep (a short-lived connection's every wait), nor
          * when the next look would not spin either (the budget is spent:
          * a system call per wait saved). */
-        if (iter == 0 && w.n == 0 && timeout_ns != 0 && (!w.spins || vs_spin_spent()))
+        if (iter == 0 && w.n == 0 && timeout_ns != 0 && (!w.spins || vs_spin_spent(asked)))
             left = deadline < 0 ? -1 : deadline - w.now > 0 ? deadline - w.now : 0;
         /* Counted before the last look: a thread that reads a shared
          * watch after it either sees us asleep or sorted before the look. */

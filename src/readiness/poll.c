@@ -126,14 +126,19 @@ static int poll_translated(struct poll_state *st, struct pollfd *fds, long timeo
                            const sigset_t *sigmask, unsigned signals)
 {
     long deadline = timeout_ns < 0 ? -1 : vs_now_ns() + timeout_ns;
+    long asked = vs_busy_poll_ns(); /* net.core.busy_poll: once a call */
     for (;;) {
         build(st, fds);
         long left = deadline < 0 ? -1 : deadline - vs_now_ns();
         if (left < 0 && deadline >= 0)
             left = 0;
-        if (left != 0 &&
-            (rings_ready(st, fds) || (spins(st) && vs_spin_until(rings_ready_cb, st, fds))))
+        if (left != 0 && rings_ready(st, fds))
             left = 0;
+        if (left != 0 && spins(st)) {
+            if (vs_spin_until(rings_ready_cb, st, fds, asked))
+                left = 0;
+            asked = 0;
+        }
         bool armed = false, nap = false;
         if (left != 0) {
             armed = true;

@@ -13,6 +13,7 @@
 #include <sys/uio.h>
 
 #include "base/signals.h"
+#include "core/sock.h"
 #include "core/transport_ops.h"
 
 size_t vs_iov_total(const struct iovec *iov, size_t cnt);
@@ -38,10 +39,17 @@ struct vs_blocking {
     bool to_the_end; /* no signal ends it (the adapter owns the buffer) */
     unsigned signals;
     long timeout_ns, deadline;
+    /* The spin the program asked for (SO_BUSY_POLL), spent by the call's
+     * first wait as the kernel's recvmsg does; 0: the adaptive budget. */
+    long busy_ns;
 };
 
 /* A call's state as it starts; OPT as in struct vs_blocking. */
 #define VS_BLOCKING(o) ((struct vs_blocking){.opt = (o), .signals = vs_signals_call_mark()})
+/* A blocking receive on S: it spins as long as S's SO_BUSY_POLL asks. */
+#define VS_BLOCKING_RECV(s)                                                                        \
+    ((struct vs_blocking){                                                                         \
+        .opt = SO_RCVTIMEO, .signals = vs_signals_call_mark(), .busy_ns = vs_sock_busy_ns(s)})
 /* A wait that only its condition ends: no timeout, no signal. */
 #define VS_BLOCKING_TO_THE_END ((struct vs_blocking){.to_the_end = true})
 

@@ -1,6 +1,7 @@
-/* test_spin.c - the adaptive busy-poll budget (readiness/wait_common.c):
+/* test_spin.c - the adaptive busy-poll budget (core/spin.c):
  * spins that bring nothing shrink it to 0, a quick wake-up raises it again,
- * a spin that pays keeps it. Counted in calls of the condition, not timed:
+ * a spin that pays keeps it; a spin the program asked for runs whatever the
+ * budget. Counted in calls of the condition, not timed:
  * the ceiling is long (100 ms) so only a stall of that length between two
  * adjacent calls here could change what the checks see. */
 #include "check.h"
@@ -19,11 +20,16 @@ static bool ready(void *arg, const void *arg2)
 }
 
 /* One wait's spin: how many times it looked at the condition. */
-static long spin_looks(bool *paid)
+static long spin_looks_asked(bool *paid, long asked_ns)
 {
     looks = 0;
-    *paid = vs_spin_until(ready, NULL, NULL);
+    *paid = vs_spin_until(ready, NULL, NULL, asked_ns);
     return looks;
+}
+
+static long spin_looks(bool *paid)
+{
+    return spin_looks_asked(paid, 0);
 }
 
 static void test_unpaid_spins_stop(void)
@@ -74,6 +80,23 @@ static void test_zero_ceiling_never_spins(void)
     CHECK_EQ(spin_looks(&paid), 0);
 }
 
+/* SO_BUSY_POLL and the kernel's busy-poll settings: a spin whatever the
+ * budget (VSOCKET_POLL_US=0 here), which leaves the budget as it was. */
+static void test_asked_spin_whatever_the_budget(void)
+{
+    bool paid;
+    vs_config.poll_us = 0;
+    pay_after = 5;
+    CHECK_EQ(spin_looks_asked(&paid, 100000000L), 5);
+    CHECK(paid);
+    CHECK(!vs_spin_spent(100000000L));
+    CHECK_EQ(spin_looks(&paid), 0);
+    CHECK(!paid);
+    pay_after = 0;
+    CHECK(spin_looks_asked(&paid, 1000000L) > 0); /* 1 ms, then it gives up */
+    CHECK(!paid);
+}
+
 int main(void)
 {
     vs_config_load(&vs_config);
@@ -84,5 +107,6 @@ int main(void)
     test_unpaid_spins_stop();
     test_quick_wakeup_spins_again();
     test_zero_ceiling_never_spins();
+    test_asked_spin_whatever_the_budget();
     return check_finish("test_spin");
 }

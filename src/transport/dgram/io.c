@@ -117,7 +117,9 @@ static bool rings_ready(void *arg, const void *unused)
  * and returns with U unlocked. */
 static int sleep_rx(struct vs_udp_sock *u, int fd, struct vs_blocking *b)
 {
-    if (u->up && vs_spin_until(rings_ready, u, NULL))
+    long asked = b->busy_ns;
+    b->busy_ns = 0; /* once a call, as the kernel's */
+    if (u->up && vs_spin_until(rings_ready, u, NULL, asked))
         return 0;
     /* The timeout is looked up (a system call) only for a sleep: the spin is
      * far shorter than the kernel's own timeouts are exact. */
@@ -175,7 +177,7 @@ ssize_t vs_dgram_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flag
         unlock(u);
         return vs_real.recvmsg(fd, msg, flags);
     }
-    struct vs_blocking b = VS_BLOCKING(SO_RCVTIMEO);
+    struct vs_blocking b = VS_BLOCKING_RECV(s);
     ssize_t n;
     for (;;) {
         n = take_one(u, fd, msg, flags);

@@ -107,7 +107,9 @@ int vs_rdma_wait(struct vs_rdma_conn *c, int fd, short tcp_events, struct vs_blo
     if (vs_rdma_done(c) && c->cq) {
         uint64_t mark[4] = {atomic_load(&c->rx_head), vs_rdma_peer_tail(c), atomic_load(&c->gen),
                             __atomic_load_n(&c->sq_done, __ATOMIC_RELAXED)};
-        if (vs_spin_until(cq_news, c, mark))
+        long asked = b->busy_ns;
+        b->busy_ns = 0; /* once a call, as the kernel's */
+        if (vs_spin_until(cq_news, c, mark, asked))
             return 0;
     }
     struct pollfd p[4] = {{.fd = fd, .events = tcp_events}};
@@ -335,7 +337,7 @@ ssize_t vs_rdma_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags
     int nonblock = -1;
     bool peek = (flags & MSG_PEEK) != 0;
     size_t target = (flags & MSG_WAITALL) && !peek ? want : 1;
-    struct vs_blocking b = VS_BLOCKING(SO_RCVTIMEO);
+    struct vs_blocking b = VS_BLOCKING_RECV(s);
     size_t total = 0;
     int err = 0;
     msg->msg_flags = 0;

@@ -40,7 +40,9 @@ static int sleep_on(struct vs_shm_conn *c, int fd, struct vs_ring *ring, short t
 {
     vs_blocking_start(b, fd);
     bool want_data = ring && ring->role == VS_RING_CONSUMER;
-    if (ring && vs_shm_spin(ring, want_data))
+    long asked = b->busy_ns;
+    b->busy_ns = 0; /* once a call, as the kernel's */
+    if (ring && vs_shm_spin(ring, want_data, asked))
         return 0;
     struct pollfd p[2] = {{.fd = fd, .events = tcp_events},
                           {.fd = vs_shm_event_fd(c), .events = POLLIN}};
@@ -174,7 +176,7 @@ ssize_t vs_shm_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flags)
         return vs_real.recvmsg(fd, msg, flags);
     bool nonblock = (flags & MSG_DONTWAIT) != 0;
     size_t target = (flags & MSG_WAITALL) && !(flags & MSG_PEEK) ? want : 1;
-    struct vs_blocking b = VS_BLOCKING(SO_RCVTIMEO);
+    struct vs_blocking b = VS_BLOCKING_RECV(s);
     size_t total = 0, cap = msg->msg_controllen;
     bool from_ring = false;
     int err = 0;
@@ -319,7 +321,7 @@ static bool room_or_gone(void *ring, const void *unused)
 
 static bool room_soon(struct vs_ring *r)
 {
-    return vs_spin_until(room_or_gone, r, NULL);
+    return vs_spin_until(room_or_gone, r, NULL, 0);
 }
 
 /* Writes the whole of IOV into the ring, or as much as fits without

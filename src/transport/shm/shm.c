@@ -123,10 +123,10 @@ static bool ring_space(void *ring, const void *unused)
     return vs_shm_ring_ready(ring, false);
 }
 
-bool vs_shm_spin(struct vs_ring *ring, bool want_data)
+bool vs_shm_spin(struct vs_ring *ring, bool want_data, long asked_ns)
 {
     return vs_shm_ring_ready(ring, want_data) ||
-           vs_spin_until(want_data ? ring_data : ring_space, ring, NULL);
+           vs_spin_until(want_data ? ring_data : ring_space, ring, NULL, asked_ns);
 }
 
 /* --- readiness --- */

@@ -16,7 +16,7 @@ void vs_shm_sync(struct vs_sock *s, int fd);
 bool vs_shm_ring_ready(struct vs_ring *ring, bool want_data);
 
 /* Busy-polls RING for VSOCKET_POLL_US at most; true as soon as it is ready. */
-bool vs_shm_spin(struct vs_ring *ring, bool want_data);
+bool vs_shm_spin(struct vs_ring *ring, bool want_data, long asked_ns);
 
 /* The peer left the rings (REVERT): resend what it did not read on TCP
  * and continue there, if the transmit side is free now. */
