@@ -124,6 +124,26 @@ def test_pairs_on_shm(name, vs_env, tmp_path):
     assert not re.search(rf"on the kernel from now on: (?!({allowed})$)", log, re.M), log[-3000:]
 
 
+@pytest.mark.parametrize("wait", ["recv", "poll"])
+def test_quiet_rings_give_memory_back(wait, vs_env, tmp_path):
+    """A receiver's ring grown by a burst gives its pages back while the
+    receiver waits (udp.md §7): progs/idle.py's resident ring memory after
+    the burst, and after a 1 s wait that found nothing."""
+    out = subprocess.run([str(VSOCKET), "run", "--", PYTHON, str(HERE / "progs" / "idle.py"), wait],
+                         capture_output=True, text=True, timeout=HANG,
+                         env={**os.environ, **vs_env, **SHM})
+    assert out.returncode == 0, f"{out.stdout}\n{out.stderr}"
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    log = (tmp_path / "vsocket.log").read_text(errors="replace")
+    assert res["received"] == 100 and res["sender"] == 0, res
+    assert re.search(r"ended: \d+ datagrams sent on the ring, 0 dropped there \(receiver full\), "
+                     r"1\d\d received from it", log), log[-3000:]
+    # The burst (100 x 1,400 B) grew the ring past its 64 KiB window; once
+    # quiet, only the rings' header pages stay.
+    assert res["grown_kib"] >= 96, res
+    assert res["quiet_kib"] <= 16, res
+
+
 def test_shm_off_by_default(vs_env, tmp_path):
     """Without VSOCKET_UDP_SHM, no pair is set up (and the scenario is the same)."""
     log = same_as_plain(PAIRS, "stream_v4", vs_env, tmp_path)

@@ -187,6 +187,7 @@ const struct vs_transport_ops vs_dgram_ops = {
     .poll = vs_dgram_poll,
     .poll_fast = vs_dgram_poll_fast,
     .spins = vs_dgram_spins,
+    .idle = vs_dgram_idle,
     .arm = vs_dgram_arm,
     .disarm = vs_dgram_disarm,
     .rearm = vs_dgram_rearm,

@@ -31,6 +31,7 @@ unsigned vs_dgram_poll(struct vs_sock *s, int fd, unsigned interest, int tcp_rev
                        bool watch_fired);
 unsigned vs_dgram_poll_fast(struct vs_sock *s, unsigned interest);
 bool vs_dgram_spins(struct vs_sock *s);
+void vs_dgram_idle(struct vs_sock *s);
 unsigned vs_dgram_arm(struct vs_sock *s, unsigned interest);
 void vs_dgram_disarm(struct vs_sock *s, unsigned armed);
 void vs_dgram_rearm(struct vs_sock *s, unsigned armed);

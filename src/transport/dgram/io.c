@@ -191,6 +191,7 @@ ssize_t vs_dgram_recvmsg(struct vs_sock *s, int fd, struct msghdr *msg, int flag
             n = -err;
             break;
         }
+        maybe_service(u, fd); /* a long wait: set-ups, and rings gone quiet */
     }
     unlock(u);
     if (n < 0) {

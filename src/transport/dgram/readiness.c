@@ -7,6 +7,7 @@
 #include <poll.h>
 
 #include "base/syscall.h"
+#include "core/clock.h"
 #include "transport/dgram/dgram.h"
 #include "transport/dgram/udp_shm.h"
 
@@ -71,6 +72,16 @@ unsigned vs_dgram_poll_fast(struct vs_sock *s, unsigned interest)
 {
     struct vs_udp_sock *u = watched(s);
     return u && (interest & POLLIN) && ring_waits(u) ? POLLIN : 0;
+}
+
+/* poll's naps: rings quiet for a while give their pages back. */
+void vs_dgram_idle(struct vs_sock *s)
+{
+    struct vs_udp_sock *u = watched(s);
+    if (u && pthread_mutex_trylock(&u->lock) == 0) {
+        vs_udp_rings_idle(u, vs_now_ns());
+        pthread_mutex_unlock(&u->lock);
+    }
 }
 
 bool vs_dgram_spins(struct vs_sock *s)

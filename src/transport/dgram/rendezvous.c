@@ -580,5 +580,7 @@ void vs_udp_service(struct vs_udp_sock *u, int fd)
         }
     }
     expire(u);
-    u->next_service_ns = vs_now_ns() + VS_UDP_SERVICE_NS;
+    long now = vs_now_ns();
+    vs_udp_rings_idle(u, now);
+    u->next_service_ns = now + VS_UDP_SERVICE_NS;
 }

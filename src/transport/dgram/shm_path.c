@@ -193,3 +193,19 @@ uint64_t vs_udp_rx_mark(struct vs_udp_sock *u)
     }
     return mark;
 }
+
+void vs_udp_rings_idle(struct vs_udp_sock *u, long now)
+{
+    if (now < u->next_reclaim_ns)
+        return;
+    u->next_reclaim_ns = now + VS_UDP_RECLAIM_NS;
+    for (uint32_t k = 0; k < u->nmade; k++) {
+        struct vs_udp_pair *p = u->pair[u->made[k]];
+        /* A producer never sleeps for room here (a full receiver drops), so
+         * a reclaim that held our receive ring for a moment wakes nobody. */
+        if (p->tx_ok)
+            vs_ring_reclaim(&p->tx, now, VS_UDP_IDLE_NS);
+        if (p->rx_ok && !p->draining)
+            vs_ring_reclaim_consumed(&p->rx, now, VS_UDP_IDLE_NS);
+    }
+}

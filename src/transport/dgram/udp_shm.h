@@ -122,6 +122,7 @@ struct vs_udp_sock {
     bool connected;
     struct sockaddr_storage conn;
     long next_service_ns;
+    long next_reclaim_ns;     /* the rings' next look for pages to give back */
     uint64_t budget;          /* the ring's capacity: the effective SO_RCVBUF */
     _Atomic uint32_t gen;     /* bumped when the socket leaves shm (translated() changes) */
     _Atomic uint64_t rx_gone; /* datagram bytes of rings freed (rx_mark) */
@@ -138,6 +139,10 @@ struct vs_udp_sock {
 #define VS_UDP_CALL_RETRY_NS 10000000L
 /* How often the data path looks at the set-ups and the peers' sockets. */
 #define VS_UDP_SERVICE_NS 1000000L
+/* A ring quiet this long gives its pages back (as shm TCP's), looked at
+ * every VS_UDP_RECLAIM_NS at most. */
+#define VS_UDP_IDLE_NS 100000000L
+#define VS_UDP_RECLAIM_NS 50000000L
 
 /* state.c */
 struct vs_udp_sock *vs_udp_new(int fd, int family, struct vs_stats_record *stat);
@@ -214,5 +219,9 @@ ssize_t vs_udp_ring_take(struct vs_udp_sock *u, int slot, struct msghdr *msg, in
 void vs_udp_arm(struct vs_udp_sock *u);
 void vs_udp_disarm(struct vs_udp_sock *u);
 uint64_t vs_udp_rx_mark(struct vs_udp_sock *u);
+/* Gives back the pages of the pairs' rings quiet for VS_UDP_IDLE_NS: our
+ * send rings as their producer, our receive rings as their consumer (the
+ * peer's program need not call). At most every VS_UDP_RECLAIM_NS. */
+void vs_udp_rings_idle(struct vs_udp_sock *u, long now);
 
 #endif

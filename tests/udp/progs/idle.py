@@ -1,0 +1,86 @@
+"""A pair's rings give their memory back once quiet (docs/design/udp.md §7):
+the receiver's ring grows under a burst it does not read at once, is read to
+the end, then the receiver waits in a blocking receive that finds nothing
+(longer than the 100 ms a ring must be quiet), or in poll (argument
+"poll"). Prints, as JSON, how many
+datagrams arrived on the rings and the receiver's resident ring memory
+(smaps entries of vsocket's ring memfds) after the burst and after the wait.
+Run under `vsocket run` with VSOCKET_UDP_SHM=1 and a debug log
+(VSOCKET_LOG_FILE): the pair is up before the burst.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import socket
+import struct
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pairs import HANG, run_child, udp, wait_child, warm_up  # noqa: E402
+
+BURST, SIZE = 100, 1400
+WAIT = sys.argv[1] if len(sys.argv) > 1 else "recv"  # how the receiver waits: recv or poll
+
+
+def ring_rss_kib() -> int:
+    """Resident KiB of this process's vsocket ring mappings."""
+    total, ring = 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            if not line[:1].isupper():  # a mapping's first line: "addr-addr perms ..."
+                ring = "vsocket-ring" in line
+            elif ring and line.startswith("Rss:"):
+                total += int(line.split()[1])
+    return total
+
+
+def main() -> None:
+    r = udp(socket.AF_INET, ("127.0.0.1", 0))
+    dest = r.getsockname()
+    sent_r, sent_w = os.pipe()
+
+    def sender():
+        s = udp(socket.AF_INET, ("127.0.0.1", 0))
+        warm_up(s, dest, 20, True)
+        for i in range(BURST):
+            s.sendto(bytes([i % 256]) * SIZE, dest)
+        os.write(sent_w, b"x")
+        s.recv(10)  # "bye": the receiver is done
+        return 0
+
+    pid = run_child(sender)
+    peer = ("127.0.0.1", warm_up(r, None, 20, False))
+    assert os.read(sent_r, 1) == b"x"
+    got = 0
+    while True:
+        try:
+            data = r.recv(SIZE + 1, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            break
+        assert len(data) == SIZE and data == bytes([data[0]]) * SIZE, "a corrupt datagram"
+        got += 1
+    grown = ring_rss_kib()
+    if WAIT == "recv":
+        r.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", 1, 0))
+        try:
+            r.recv(10)
+            raise SystemExit("a datagram came after the burst")
+        except (BlockingIOError, TimeoutError):
+            pass
+    else:
+        p = select.poll()
+        p.register(r.fileno(), select.POLLIN)
+        if p.poll(1000):
+            raise SystemExit("a datagram came after the burst")
+    quiet = ring_rss_kib()
+    r.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", int(HANG), 0))
+    r.sendto(b"bye", peer)
+    print(json.dumps({"received": got, "grown_kib": grown, "quiet_kib": quiet,
+                      "sender": wait_child(pid)}))
+
+
+if __name__ == "__main__":
+    main()
