@@ -1567,9 +1567,14 @@ static void arm_all(struct wait *w, struct armed *a)
     }
 }
 
-static void disarm_all(struct armed *a)
+/* QUIET: the sleep ended with nothing to report (a slice ran out): the
+ * armed sockets may give memory back (a UDP socket's rings), as cold
+ * records do at sweep. */
+static void disarm_all(struct armed *a, bool quiet)
 {
     for (int i = 0; i < a->n; i++) {
+        if (quiet && a->sock[i]->ops->idle)
+            a->sock[i]->ops->idle(a->sock[i]);
         a->sock[i]->ops->disarm(a->sock[i], a->what[i]);
         vs_sock_put(a->sock[i]);
     }
@@ -1707,7 +1712,7 @@ static int wait_translated(int epfd, struct epoll_event *events, int max, long t
         pthread_mutex_lock(&lock);
         if (asleep)
             sleeper_out(epfd);
-        disarm_all(&a);
+        disarm_all(&a, n == 0 && asleep);
         if (n > 0)
             translate(&w, kev, n);
         else if (n == 0 && asleep && shared_in[epfd] > 0)

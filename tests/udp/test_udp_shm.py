@@ -124,7 +124,7 @@ def test_pairs_on_shm(name, vs_env, tmp_path):
     assert not re.search(rf"on the kernel from now on: (?!({allowed})$)", log, re.M), log[-3000:]
 
 
-@pytest.mark.parametrize("wait", ["recv", "poll"])
+@pytest.mark.parametrize("wait", ["recv", "poll", "epoll"])
 def test_quiet_rings_give_memory_back(wait, vs_env, tmp_path):
     """A receiver's ring grown by a burst gives its pages back while the
     receiver waits (udp.md §7): progs/idle.py's resident ring memory after
