@@ -42,6 +42,16 @@ static inline void vs_stats_count_rx(struct vs_stats_record *r, size_t bytes, un
     atomic_fetch_add_explicit(&r->rx_msgs, msgs, memory_order_relaxed);
 }
 
+static inline void vs_stats_set_dgram_peers(struct vs_stats_record *r, unsigned peers)
+{
+    atomic_store_explicit(&r->dgram_peers, peers, memory_order_relaxed);
+}
+
+static inline void vs_stats_count_dgram_drop(struct vs_stats_record *r)
+{
+    atomic_fetch_add_explicit(&r->dgram_drops, 1, memory_order_relaxed);
+}
+
 /* fork: hold the allocation lock across the fork, then give the child a
  * segment of its own (same address, so record pointers stay valid). */
 void vs_stats_fork_prepare(void);

@@ -19,7 +19,7 @@
 #include <sys/types.h>
 
 #define VS_STATS_MAGIC 0x3174736b636f7376ull /* "vsockst1" */
-#define VS_STATS_VERSION 2
+#define VS_STATS_VERSION 3
 #define VS_STATS_FILE_PREFIX "vsocket-stats."
 
 enum vs_record_use { VS_REC_FREE, VS_REC_LIVE, VS_REC_CLOSED };
@@ -55,6 +55,12 @@ struct vs_stats_record {
      * provided the program calls on the socket; 0 when no end is due. */
     uint64_t due_ns;
     _Atomic uint64_t tx_bytes, rx_bytes, tx_msgs, rx_msgs;
+    /* UDP sockets: the peers whose datagrams go on shared memory now, and
+     * the datagrams this socket sent there that the receiver had no room
+     * for (its SO_RCVBUF held: dropped, as UDP drops). */
+    _Atomic uint32_t dgram_peers;
+    uint32_t pad4;
+    _Atomic uint64_t dgram_drops;
 };
 
 struct vs_stats_header {

@@ -273,13 +273,27 @@ static void print_record(const struct stat_options *o, pid_t pid, const struct v
     char local[64], peer[64];
     format_addr(&r->local, local, sizeof(local));
     format_addr(&r->peer, peer, sizeof(peer));
+    bool udp = r->type == SOCK_DGRAM;
+    unsigned peers = atomic_load(&r->dgram_peers);
+    unsigned long long drops = atomic_load(&r->dgram_drops);
     const char *transport = vs_transport_name((enum vs_transport)r->transport);
     unsigned long long tx = atomic_load(&r->tx_bytes), rx = atomic_load(&r->rx_bytes),
                        txm = atomic_load(&r->tx_msgs), rxm = atomic_load(&r->rx_msgs);
     if (!o->json) {
+        /* A UDP socket's peers on shared memory, and its drops there, after
+         * the reason (the last column: scripts that read columns keep
+         * working). */
+        char shown[sizeof(reason) + 64];
+        int used = snprintf(shown, sizeof(shown), "%s", reason);
+        if (udp && peers)
+            used += snprintf(shown + used, sizeof(shown) - (size_t)used, "%sshm-peers=%u",
+                             used ? "," : "", peers);
+        if (udp && drops)
+            snprintf(shown + used, sizeof(shown) - (size_t)used, "%sreceiver-full-drops=%llu",
+                     used ? "," : "", drops);
         printf("%-7d %-4d %-4s %-10s %-24s %-24s %-9s %12llu %12llu %9llu %9llu %s\n", pid, r->fd,
                proto_name(r), vs_stats_state_name(r->state), local[0] ? local : "-",
-               peer[0] ? peer : "-", transport, tx, rx, txm, rxm, reason[0] ? reason : "-");
+               peer[0] ? peer : "-", transport, tx, rx, txm, rxm, shown[0] ? shown : "-");
         return;
     }
     printf("%s{\"fd\":%d,\"proto\":\"%s\",\"family\":\"%s\",\"state\":\"%s\",\"local\":\"%s\","
@@ -287,8 +301,11 @@ static void print_record(const struct stat_options *o, pid_t pid, const struct v
            first ? "" : ",", r->fd, proto_name(r), r->family == AF_INET6 ? "ipv6" : "ipv4",
            vs_stats_state_name(r->state), local, peer, transport);
     json_string(reason, sizeof(reason));
-    printf(",\"tx_bytes\":%llu,\"rx_bytes\":%llu,\"tx_msgs\":%llu,\"rx_msgs\":%llu,\"closed\":%s}",
-           tx, rx, txm, rxm, atomic_load(&r->use) == VS_REC_CLOSED ? "true" : "false");
+    printf(",\"tx_bytes\":%llu,\"rx_bytes\":%llu,\"tx_msgs\":%llu,\"rx_msgs\":%llu", tx, rx, txm,
+           rxm);
+    if (udp)
+        printf(",\"shm_peers\":%u,\"receiver_full_drops\":%llu", peers, drops);
+    printf(",\"closed\":%s}", atomic_load(&r->use) == VS_REC_CLOSED ? "true" : "false");
 }
 
 static void print_segment(const struct stat_options *o, const struct segment *seg, bool first)

@@ -144,6 +144,39 @@ def test_quiet_rings_give_memory_back(wait, vs_env, tmp_path):
     assert res["quiet_kib"] <= 16, res
 
 
+def test_stat_shows_peers_and_drops(vs_env, tmp_path):
+    """`vsocket stat` shows a UDP socket's peers on shm and the datagrams a
+    full receiver cost it (udp.md §9): progs/flood.py's sender overruns a
+    receiver that does not read; every datagram is either received or
+    counted as dropped."""
+    p = subprocess.Popen([str(VSOCKET), "run", "--", PYTHON, str(HERE / "progs" / "flood.py")],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env={**os.environ, **vs_env, **SHM})
+    try:
+        pids = json.loads(p.stdout.readline())
+        env = {**os.environ, **vs_env}
+        doc = json.loads(subprocess.run([str(VSOCKET), "stat", "--json"], capture_output=True,
+                                        text=True, timeout=HANG, env=env, check=True).stdout)
+        text = subprocess.run([str(VSOCKET), "stat"], capture_output=True, text=True,
+                              timeout=HANG, env=env, check=True).stdout
+        out, err = p.communicate("go\n", timeout=HANG)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0, err
+    res = json.loads(out.strip().splitlines()[-1])
+    udp = {pr["pid"]: [s for s in pr["sockets"] if s["proto"] == "udp" and s["transport"] == "shm"]
+           for pr in doc["processes"] if pr["pid"] in pids.values()}
+    recv, send = udp.get(pids["receiver"]), udp.get(pids["sender"])
+    assert recv and send and len(recv) == 1 and len(send) == 1, doc
+    assert recv[0]["shm_peers"] == 1 and send[0]["shm_peers"] == 1, doc
+    drops = send[0]["receiver_full_drops"]
+    assert recv[0]["receiver_full_drops"] == 0 and drops > 0, doc
+    assert res["received"] + drops == 400 and res["sender"] == 0, (res, drops)
+    assert re.search(rf"^{pids['sender']}\s.*\budp\b.*shm-peers=1,receiver-full-drops={drops}$",
+                     text, re.M), text
+
+
 def test_shm_off_by_default(vs_env, tmp_path):
     """Without VSOCKET_UDP_SHM, no pair is set up (and the scenario is the same)."""
     log = same_as_plain(PAIRS, "stream_v4", vs_env, tmp_path)

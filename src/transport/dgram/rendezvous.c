@@ -172,6 +172,8 @@ void vs_udp_recount(struct vs_udp_sock *u)
                                up       ? ""
                                : u->off ? u->off
                                         : VS_REASON_UDP);
+    if (u->up != up)
+        vs_stats_set_dgram_peers(u->stat, up);
     u->up = up;
 }
 

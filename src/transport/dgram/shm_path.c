@@ -52,6 +52,7 @@ int vs_udp_ring_send(struct vs_udp_sock *u, int slot, const struct msghdr *msg)
     }
     if (rc == -EAGAIN) {
         p->ring_full++;
+        vs_stats_count_dgram_drop(u->stat);
         return 0; /* the receiver holds its capacity: dropped, as UDP does */
     }
     if (rc == -EMSGSIZE || rc == -EINVAL)
