@@ -206,6 +206,8 @@ struct vs_stats_record *vs_stats_open(int fd, int family, int type, unsigned tra
     atomic_store(&r->rx_bytes, 0);
     atomic_store(&r->tx_msgs, 0);
     atomic_store(&r->rx_msgs, 0);
+    atomic_store(&r->dgram_peers, 0);
+    atomic_store(&r->dgram_drops, 0);
     end_update(r);
     atomic_store(&r->use, VS_REC_LIVE);
     pthread_mutex_unlock(&lock);

@@ -9,8 +9,8 @@
  * VSOCKET_POLL_US; it adapts, see spin.c), unless the machine has more
  * running threads than CPUs (VSOCKET_POLL_CROWDED). ASKED_NS > 0: the
  * program asked for busy-polling (SO_BUSY_POLL, net.core.busy_read or
- * busy_poll): spin that long at least, whatever the budget and the load, as
- * the kernel would. A caller that then sleeps calls vs_spin_woke() when the
+ * busy_poll): spin that long, whatever the budget and the load, as the
+ * kernel would. A caller that then sleeps calls vs_spin_woke() when the
  * sleep ends. */
 bool vs_spin_until(bool (*ready)(void *, const void *), void *arg, const void *arg2, long asked_ns);
 void vs_spin_woke(void);

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <string.h>
 
 #include "config/config.h"
 #include "core/fdtable.h"
@@ -239,7 +240,9 @@ static void note_busy_poll(int fd, const void *value, socklen_t len)
 {
     struct vs_sock *s = value && len >= (socklen_t)sizeof(int) ? vs_fd_peek(fd) : NULL;
     if (s) {
-        atomic_store(&s->busy_poll_us, *(const int *)value);
+        int us;
+        memcpy(&us, value, sizeof(us));
+        atomic_store(&s->busy_poll_us, us);
         vs_sock_put(s);
     }
 }

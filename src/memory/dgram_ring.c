@@ -34,12 +34,17 @@ static void put_head(uint8_t *p, const struct vs_dgram_meta *m)
 }
 
 /* Writes every byte of IOV: the caller made sure the ring can take them,
- * so a short write here is a ring that broke its word. IOV is ours: its
- * entries are advanced. */
+ * so a short write here is a ring that broke its word, unless nothing was
+ * written yet and the consumer began giving the pages back since (-EBUSY;
+ * the reclaim may be over by the time we look: it does so only with the
+ * ring read to its end, and never while a record is half written, so the
+ * first write alone can meet it). IOV is ours: its entries are advanced. */
 static int write_all(struct vs_ring *r, struct iovec *iov, int cnt)
 {
-    while (cnt > 0) {
+    for (bool first = true; cnt > 0; first = false) {
         ssize_t n = vs_ring_write(r, iov, cnt, 0);
+        if (n == -EAGAIN && first)
+            return -EBUSY; /* the room was there: only a reclaim takes it */
         if (n <= 0)
             return n == 0 || n == -EAGAIN ? -EPROTO : (int)n;
         size_t left = (size_t)n;
@@ -65,7 +70,7 @@ int vs_dgram_put(struct vs_ring *r, const struct vs_dgram_meta *m, const struct 
     if (room < 0)
         return (int)room;
     if ((size_t)room < vs_dgram_charge(len))
-        return -EAGAIN;
+        return vs_ring_reclaiming(r) ? -EBUSY : -EAGAIN;
     struct vs_dgram_meta head = *m;
     head.len = (uint32_t)len;
     uint8_t h[VS_DGRAM_HEAD], zeros[8] = {0};

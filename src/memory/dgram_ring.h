@@ -32,8 +32,10 @@ size_t vs_dgram_charge(size_t len);
 
 /* Producer: writes the datagram in IOV (M->len is ignored: the iov's total
  * is the length) as one record. 0; -EAGAIN when the ring cannot take it
- * whole now (UDP drops it: the caller counts); -EMSGSIZE over
- * VS_DGRAM_MAX; -EPIPE, -EPROTO as vs_ring_write. */
+ * whole now (UDP drops it: the caller counts); -EBUSY when the consumer is
+ * giving the ring's pages back at this moment (nothing written: the ring
+ * is empty, try again); -EMSGSIZE over VS_DGRAM_MAX; -EPIPE, -EPROTO as
+ * vs_ring_write. */
 int vs_dgram_put(struct vs_ring *r, const struct vs_dgram_meta *m, const struct iovec *iov,
                  int iovcnt);
 

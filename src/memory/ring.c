@@ -671,6 +671,11 @@ ssize_t vs_ring_writable(struct vs_ring *r)
     return (uint64_t)used >= r->limit ? 0 : (ssize_t)(r->limit - (uint64_t)used);
 }
 
+bool vs_ring_reclaiming(struct vs_ring *r)
+{
+    return atomic_load_explicit(&r->sh->reclaiming, memory_order_acquire) & 1;
+}
+
 ssize_t vs_ring_room(struct vs_ring *r)
 {
     int64_t used = producer_used(r);

@@ -165,6 +165,10 @@ ssize_t vs_ring_readable(struct vs_ring *r);
  * that can still grow counts), or -EPROTO. Producer only. */
 ssize_t vs_ring_writable(struct vs_ring *r);
 
+/* Producer: the consumer is giving the pages back at this moment
+ * (vs_ring_reclaim_consumed): no room for a moment, not a full ring. */
+bool vs_ring_reclaiming(struct vs_ring *r);
+
 /* Bytes the producer may write into its current region without growing,
  * or -EPROTO. */
 ssize_t vs_ring_room(struct vs_ring *r);

@@ -1567,14 +1567,19 @@ static void arm_all(struct wait *w, struct armed *a)
     }
 }
 
-/* QUIET: the sleep ended with nothing to report (a slice ran out): the
- * armed sockets may give memory back (a UDP socket's rings), as cold
- * records do at sweep. */
-static void disarm_all(struct armed *a, bool quiet)
+/* A sleep that ended with nothing to report (a slice ran out): the armed
+ * sockets may give memory back (a UDP socket's rings), as cold records do
+ * at sweep. Outside the set's lock: a reclaim punches pages. */
+static void idle_armed(struct armed *a)
+{
+    for (int i = 0; i < a->n; i++)
+        if (a->sock[i]->ops->idle)
+            a->sock[i]->ops->idle(a->sock[i]);
+}
+
+static void disarm_all(struct armed *a)
 {
     for (int i = 0; i < a->n; i++) {
-        if (quiet && a->sock[i]->ops->idle)
-            a->sock[i]->ops->idle(a->sock[i]);
         a->sock[i]->ops->disarm(a->sock[i], a->what[i]);
         vs_sock_put(a->sock[i]);
     }
@@ -1705,6 +1710,8 @@ static int wait_translated(int epfd, struct epoll_event *events, int max, long t
                     : 0;
         int err = errno;
         vs_spin_woke();
+        if (n == 0 && asleep)
+            idle_armed(&a);
         if (on_shared) {
             atomic_fetch_sub(&set_shared_sleepers[epfd], 1);
             atomic_fetch_sub(&shared_sleepers, 1);
@@ -1712,7 +1719,7 @@ static int wait_translated(int epfd, struct epoll_event *events, int max, long t
         pthread_mutex_lock(&lock);
         if (asleep)
             sleeper_out(epfd);
-        disarm_all(&a, n == 0 && asleep);
+        disarm_all(&a);
         if (n > 0)
             translate(&w, kev, n);
         else if (n == 0 && asleep && shared_in[epfd] > 0)

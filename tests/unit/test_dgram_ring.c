@@ -1,9 +1,13 @@
 /* test_dgram_ring.c - datagrams over the byte ring (memory/dgram_ring.c):
  * boundaries kept, whole or nothing, truncation and peek as UDP's, the
- * ring's growth under large datagrams, end of stream, and a hostile
- * producer's heads refused without a read past the record. */
+ * ring's growth under large datagrams, end of stream, a hostile
+ * producer's heads refused without a read past the record, and a consumer
+ * that gives the pages back while the producer writes. */
 #include <errno.h>
+#include <pthread.h>
+#include <sched.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -155,10 +159,79 @@ static void test_hostile(void)
     vs_ring_destroy(&c);
 }
 
+/* A consumer that gives the pages back whenever its ring is empty (as a
+ * quiet UDP receiver does, udp.md §7) while a producer writes: a put that
+ * meets the reclaim says -EBUSY with nothing written, never breaks the
+ * ring (-EPROTO), and every datagram arrives once, in order, intact. */
+enum { RACE_COUNT = 5000 };
+
+struct race {
+    struct vs_ring p, c;
+    _Atomic int put_error; /* the first error a put gave, other than -EAGAIN/-EBUSY */
+    _Atomic long busy;     /* puts that met a reclaim */
+    _Atomic unsigned got;  /* datagrams the consumer took */
+};
+
+static void *race_producer(void *arg)
+{
+    struct race *r = arg;
+    for (unsigned i = 0; i < RACE_COUNT;) {
+        int rc = put(&r->p, 8 + i % 200, i);
+        if (rc == 0) {
+            /* Every 8th: wait for the consumer to catch up, so that the
+             * ring is often empty, and reclaimed, while we write. */
+            if (++i % 8 == 0)
+                while (r->got < i && !r->put_error)
+                    sched_yield();
+        } else if (rc == -EBUSY || rc == -EAGAIN) {
+            r->busy += rc == -EBUSY;
+            sched_yield();
+        } else {
+            r->put_error = rc;
+            break;
+        }
+    }
+    return NULL;
+}
+
+static long now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000000000L + ts.tv_nsec;
+}
+
+static void test_reclaim_while_writing(void)
+{
+    static struct race r;
+    CHECK(pair(&r.p, &r.c, 4096, 64u << 10) == 0);
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, race_producer, &r) == 0);
+    unsigned got = 0, reclaims = 0;
+    bool intact = true;
+    while (got < RACE_COUNT && !r.put_error) {
+        if (vs_dgram_next_len(&r.c) == -EAGAIN) {
+            reclaims += vs_ring_reclaim_consumed(&r.c, now_ns(), 0);
+            continue;
+        }
+        if (!took(&r.c, 8 + got % 200, got, 256, 0))
+            intact = false;
+        r.got = ++got;
+    }
+    pthread_join(t, NULL);
+    CHECK_EQ(r.put_error, 0);
+    CHECK_EQ(got, RACE_COUNT);
+    CHECK(intact);
+    CHECK(reclaims > 0);
+    vs_ring_destroy(&r.p);
+    vs_ring_destroy(&r.c);
+}
+
 int main(void)
 {
     test_boundaries();
     test_growth();
     test_hostile();
+    test_reclaim_while_writing();
     return check_finish("test_dgram_ring");
 }

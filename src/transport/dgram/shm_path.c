@@ -5,10 +5,12 @@
  * back to the kernel, with a line in the log, and delivers nothing of it. */
 #include <errno.h>
 #include <arpa/inet.h>
+#include <sched.h>
 #include <string.h>
 
 #include "base/syscall.h"
 #include "config/log.h"
+#include "core/clock.h"
 #include "core/reason.h"
 #include "transport/dgram/proto.h"
 #include "transport/dgram/udp_shm.h"
@@ -32,6 +34,10 @@ static void wake_peer(struct vs_udp_pair *p)
     vs_syscall(SYS_write, p->peer_event, &one, sizeof(one));
 }
 
+/* How long a sender waits for a receiver's reclaim (a punch of its ring's
+ * pages) to end. */
+#define RECLAIM_WAIT_NS 10000000L
+
 int vs_udp_ring_send(struct vs_udp_sock *u, int slot, const struct msghdr *msg)
 {
     struct vs_udp_pair *p = vs_udp_pair_at(u, slot);
@@ -45,12 +51,23 @@ int vs_udp_ring_send(struct vs_udp_sock *u, int slot, const struct msghdr *msg)
     }
     struct vs_dgram_meta m = {0};
     int rc = vs_dgram_put(&p->tx, &m, msg->msg_iov, (int)msg->msg_iovlen);
+    /* The receiver is giving the pages of its empty ring back: a moment.
+     * One that never ends it (a hostile peer) costs a drop, as full. */
+    for (long until = 0; rc == -EBUSY;) {
+        long now = vs_now_ns();
+        if (!until)
+            until = now + RECLAIM_WAIT_NS;
+        else if (now > until)
+            break;
+        sched_yield();
+        rc = vs_dgram_put(&p->tx, &m, msg->msg_iov, (int)msg->msg_iovlen);
+    }
     if (rc == 0) {
         p->ring_tx++;
         wake_peer(p);
         return 0;
     }
-    if (rc == -EAGAIN) {
+    if (rc == -EAGAIN || rc == -EBUSY) {
         p->ring_full++;
         vs_stats_count_dgram_drop(u->stat);
         return 0; /* the receiver holds its capacity: dropped, as UDP does */
