@@ -19,7 +19,7 @@ import struct
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pairs import run_child, udp, wait_child, warm_up  # noqa: E402
+from pairs import Burst  # noqa: E402
 
 BURST, SIZE = 100, 1400
 WAIT = sys.argv[1] if len(sys.argv) > 1 else "recv"  # how the receiver waits: recv, poll, epoll
@@ -38,33 +38,8 @@ def ring_rss_kib() -> int:
 
 
 def main() -> None:
-    r = udp(socket.AF_INET, ("127.0.0.1", 0))
-    dest = r.getsockname()
-    sent_r, sent_w = os.pipe()
-    done_r, done_w = os.pipe()
-
-    def sender():
-        s = udp(socket.AF_INET, ("127.0.0.1", 0))
-        warm_up(s, dest, 20, True)
-        for i in range(BURST):
-            s.sendto(bytes([i % 256]) * SIZE, dest)
-        os.write(sent_w, b"x")
-        # Waits outside vsocket (a pipe): its calls, which give back the
-        # rings of the pair too, must not be what the receiver measures.
-        os.read(done_r, 1)
-        return 0
-
-    pid = run_child(sender)
-    warm_up(r, None, 20, False)
-    assert os.read(sent_r, 1) == b"x"
-    got = 0
-    while True:
-        try:
-            data = r.recv(SIZE + 1, socket.MSG_DONTWAIT)
-        except BlockingIOError:
-            break
-        assert len(data) == SIZE and data == bytes([data[0]]) * SIZE, "a corrupt datagram"
-        got += 1
+    b = Burst(BURST, SIZE)
+    r, got = b.r, b.drain()
     grown = ring_rss_kib()
     if WAIT == "recv":
         r.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", 1, 0))
@@ -79,9 +54,7 @@ def main() -> None:
         if p.poll(1000 if WAIT == "poll" else 1.0):
             raise SystemExit("a datagram came after the burst")
     quiet = ring_rss_kib()
-    os.write(done_w, b"x")
-    print(json.dumps({"received": got, "grown_kib": grown, "quiet_kib": quiet,
-                      "sender": wait_child(pid)}))
+    print(json.dumps({"received": got, "grown_kib": grown, "quiet_kib": quiet, "sender": b.end()}))
 
 
 if __name__ == "__main__":

@@ -107,6 +107,53 @@ def warm_up(sock, peer, rounds, first):
         i += 1
 
 
+class Burst:
+    """A receiver R and a forked sender that, once their pair can be up
+    (warm_up), sends COUNT datagrams of SIZE bytes (each byte its index
+    mod 256) and then waits outside vsocket (a pipe) until end(): its own
+    calls, which tend the pair's rings too, must not be what the receiver
+    measures. Meanwhile the receiver sees the burst with drain(). RCVBUF:
+    the receiver's SO_RCVBUF, set before the pair comes up."""
+
+    def __init__(self, count, size, rcvbuf=None):
+        self.size = size
+        self.r = udp(socket.AF_INET, ("127.0.0.1", 0))
+        if rcvbuf:
+            self.r.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        dest = self.r.getsockname()
+        sent_r, sent_w = os.pipe()
+        done_r, self.done_w = os.pipe()
+
+        def sender():
+            s = udp(socket.AF_INET, ("127.0.0.1", 0))
+            warm_up(s, dest, 20, True)
+            for i in range(count):
+                s.sendto(bytes([i % 256]) * size, dest)
+            os.write(sent_w, b"x")
+            os.read(done_r, 1)
+            return 0
+
+        self.pid = run_child(sender)
+        warm_up(self.r, None, 20, False)
+        assert os.read(sent_r, 1) == b"x"
+
+    def drain(self) -> int:
+        """Reads every datagram waiting, each checked whole; how many."""
+        got = 0
+        while True:
+            try:
+                data = self.r.recv(self.size + 1, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                return got
+            assert len(data) == self.size and data == bytes([data[0]]) * self.size, "corrupt"
+            got += 1
+
+    def end(self) -> int:
+        """Lets the sender go; its exit status."""
+        os.write(self.done_w, b"x")
+        return wait_child(self.pid)
+
+
 # --------------------------------------------------------------- scenarios
 
 
