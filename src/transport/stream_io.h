@@ -50,6 +50,13 @@ struct vs_blocking {
 #define VS_BLOCKING_RECV(s)                                                                        \
     ((struct vs_blocking){                                                                         \
         .opt = SO_RCVTIMEO, .signals = vs_signals_call_mark(), .busy_ns = vs_sock_busy_ns(s)})
+/* The spin B's program asked for, for this wait only: a call spins it once. */
+static inline long vs_blocking_take_busy(struct vs_blocking *b)
+{
+    long asked = b->busy_ns;
+    b->busy_ns = 0;
+    return asked;
+}
 /* A wait that only its condition ends: no timeout, no signal. */
 #define VS_BLOCKING_TO_THE_END ((struct vs_blocking){.to_the_end = true})
 

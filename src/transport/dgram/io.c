@@ -117,8 +117,7 @@ static bool rings_ready(void *arg, const void *unused)
  * and returns with U unlocked. */
 static int sleep_rx(struct vs_udp_sock *u, int fd, struct vs_blocking *b)
 {
-    long asked = b->busy_ns;
-    b->busy_ns = 0; /* once a call, as the kernel's */
+    long asked = vs_blocking_take_busy(b); /* once a call, as the kernel's */
     if (u->up && vs_spin_until(rings_ready, u, NULL, asked))
         return 0;
     /* The timeout is looked up (a system call) only for a sleep: the spin is

@@ -74,7 +74,8 @@ unsigned vs_dgram_poll_fast(struct vs_sock *s, unsigned interest)
     return u && (interest & POLLIN) && ring_waits(u) ? POLLIN : 0;
 }
 
-/* poll's naps: rings quiet for a while give their pages back. */
+/* poll's naps and epoll_wait's empty slices: rings quiet for a while give
+ * their pages back. */
 void vs_dgram_idle(struct vs_sock *s)
 {
     struct vs_udp_sock *u = watched(s);

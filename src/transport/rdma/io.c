@@ -107,8 +107,7 @@ int vs_rdma_wait(struct vs_rdma_conn *c, int fd, short tcp_events, struct vs_blo
     if (vs_rdma_done(c) && c->cq) {
         uint64_t mark[4] = {atomic_load(&c->rx_head), vs_rdma_peer_tail(c), atomic_load(&c->gen),
                             __atomic_load_n(&c->sq_done, __ATOMIC_RELAXED)};
-        long asked = b->busy_ns;
-        b->busy_ns = 0; /* once a call, as the kernel's */
+        long asked = vs_blocking_take_busy(b); /* once a call, as the kernel's */
         if (vs_spin_until(cq_news, c, mark, asked))
             return 0;
     }

@@ -40,8 +40,7 @@ static int sleep_on(struct vs_shm_conn *c, int fd, struct vs_ring *ring, short t
 {
     vs_blocking_start(b, fd);
     bool want_data = ring && ring->role == VS_RING_CONSUMER;
-    long asked = b->busy_ns;
-    b->busy_ns = 0; /* once a call, as the kernel's */
+    long asked = vs_blocking_take_busy(b); /* once a call, as the kernel's */
     if (ring && vs_shm_spin(ring, want_data, asked))
         return 0;
     struct pollfd p[2] = {{.fd = fd, .events = tcp_events},
